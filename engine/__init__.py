@@ -1,0 +1,6 @@
+"""Barge's inference engine: Hugging Face–format model folders in, results per row out."""
+
+from engine.engine import Engine
+from engine.outputs import EmbeddingOutput
+
+__all__ = ["Engine", "EmbeddingOutput"]
