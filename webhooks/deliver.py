@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 from webhooks import signing
+from webhooks.connection import build_opener
 from webhooks.events import WebhookEvent
-from webhooks.safety import UnsafeDestinationError, check_destination
+from webhooks.safety import UnsafeDestinationError, checked_addresses
 
 USER_AGENT = "Barge-Webhooks/1"
 MAX_BACKOFF_EXPONENT = 62  # keeps base_s * 2**n a finite float for any attempt number
@@ -36,15 +37,6 @@ class DeliveryResult:
     is_permanent: bool  # do not retry: 410 Gone, unsafe destination, unusable secret
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A redirect could lead past the destination check, so 3xx is reported as a failure.
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
 def send(
     url: str,
     event: WebhookEvent,
@@ -54,7 +46,11 @@ def send(
     allow_hosts: Collection[str] = (),
     now: int | None = None,
 ) -> DeliveryResult:
-    """POST the event's body with Standard Webhooks headers: check → sign → post."""
+    """POST the event's body with Standard Webhooks headers: check → sign → post.
+
+    The connection goes only to the addresses the destination check approved (see
+    webhooks.connection), never through a proxy, and never follows a redirect.
+    """
     started = time.monotonic()
 
     def result(**fields) -> DeliveryResult:
@@ -66,7 +62,7 @@ def send(
         return DeliveryResult(latency_s=time.monotonic() - started, **fields)
 
     try:
-        check_destination(url, allow_hosts=allow_hosts)
+        addresses = checked_addresses(url, allow_hosts=allow_hosts)
     except UnsafeDestinationError as exc:
         return result(ok=False, error=f"unsafe destination: {exc}", is_permanent=True)
     except OSError as exc:
@@ -83,7 +79,7 @@ def send(
     for name, value in {**signed_headers, "user-agent": USER_AGENT}.items():
         request.add_header(name, value)
     try:
-        with _OPENER.open(request, timeout=timeout_s) as response:
+        with build_opener(addresses).open(request, timeout=timeout_s) as response:
             return result(ok=True, status_code=response.status, error=None)
     except urllib.error.HTTPError as exc:
         with exc:

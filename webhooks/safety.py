@@ -77,6 +77,16 @@ def check_destination(url: str, *, allow_hosts: Collection[str] = ()) -> None:
     not resolve raises OSError (socket.gaierror): that may be transient, so callers
     retry it rather than give up.
     """
+    checked_addresses(url, allow_hosts=allow_hosts)
+
+
+def checked_addresses(url: str, *, allow_hosts: Collection[str] = ()) -> tuple[IPAddress, ...]:
+    """check_destination, returning the addresses that passed, for the sender to pin.
+
+    Connecting to exactly these addresses (not resolving again) closes the DNS
+    rebinding gap between check and connect. Empty when the host is allow-listed by
+    name: then nothing was resolved and the sender connects as usual.
+    """
     try:
         validate_webhook_url(url)
     except ValueError as exc:
@@ -85,14 +95,16 @@ def check_destination(url: str, *, allow_hosts: Collection[str] = ()) -> None:
     host = parts.hostname or ""
     allowed = tuple(allow_hosts) + allow_hosts_from_env()
     if _is_allowed(host, None, allowed):
-        return
+        return ()
     port = parts.port or DEFAULT_PORTS[parts.scheme.lower()]
-    for address in resolve(host, port):
+    addresses = resolve(host, port)
+    for address in addresses:
         if not is_public_address(address) and not _is_allowed(host, address, allowed):
             raise UnsafeDestinationError(
                 f"webhook_url: host {host!r} resolves to non-public address {address}; "
                 f"allow it with allow_hosts or {ALLOW_HOSTS_ENV}"
             )
+    return tuple(dict.fromkeys(addresses))  # unique, in resolver order
 
 
 def resolve(host: str, port: int) -> list[IPAddress]:

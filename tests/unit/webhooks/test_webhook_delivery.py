@@ -202,3 +202,58 @@ def test_receiver_records_json_body(event, secret):
         [(_, body)] = receiver.wait_for(1, timeout_s=5)
         assert receiver.paths == ["/hook"]
     assert json.loads(body)["type"] == "job.succeeded"
+
+
+# --- DNS rebinding: the connection goes to the address that was checked ---------------
+
+
+@pytest.fixture
+def rebinding_dns(monkeypatch):
+    """webhook.test resolves to 127.0.0.1 once, then to an unroutable private address."""
+    real_getaddrinfo = socket.getaddrinfo
+    lookups = []
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != "webhook.test":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        lookups.append(host)
+        address = "127.0.0.1" if len(lookups) == 1 else "10.255.255.1"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return lookups
+
+
+def test_send_connects_to_the_checked_address(event, secret, rebinding_dns):
+    # Given a host allow-listed by its address only, whose DNS answer changes after the check
+    with WebhookReceiver() as receiver:
+        url = f"http://webhook.test:{receiver.port}/hook"
+        # When sending
+        result = send(url, event, secret, allow_hosts=LOCAL, timeout_s=2)
+        [(headers, body)] = receiver.wait_for(1)
+    # Then the request reached the address that passed the check, named by its host
+    assert result.ok, result.error
+    assert rebinding_dns == ["webhook.test"]
+    assert headers["host"] == f"webhook.test:{receiver.port}"
+    assert verify(secret, headers, body)
+
+
+def test_send_https_is_pinned_too(event, secret, rebinding_dns):
+    # A plain-HTTP receiver cannot complete a TLS handshake: reaching that failure
+    # (rather than a connect timeout to 10.255.255.1) shows the pinned address was used.
+    with WebhookReceiver() as receiver:
+        url = f"https://webhook.test:{receiver.port}/hook"
+        result = send(url, event, secret, allow_hosts=LOCAL, timeout_s=2)
+    assert not result.ok and result.status_code is None and not result.is_permanent
+    assert "ssl" in result.error.lower()
+    assert rebinding_dns == ["webhook.test"]
+
+
+def test_send_refuses_when_dns_points_inside(event, secret, monkeypatch):
+    monkeypatch.setattr(
+        socket, "getaddrinfo",
+        lambda host, port, *a, **k: [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("169.254.169.254", port))],
+    )
+    result = send("https://innocent.example/hook", event, secret)
+    assert not result.ok and result.is_permanent
+    assert "169.254.169.254" in result.error
