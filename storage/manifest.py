@@ -1,0 +1,151 @@
+"""The job's manifest, the commit of an output directory, and reading results back.
+
+    OUTPUT/part-00000-00000.parquet   parts, written by write_part as shards finish
+    OUTPUT/_manifest.json             the parts that make up the result, in order
+    OUTPUT/_SUCCESS                   written last: the output is committed
+
+NOTE: the manifest, not a listing, defines the result. A directory may hold
+parts of attempts that never committed, or parts of shards the job later gave
+up on; readers take exactly the parts the manifest lists, and only once
+_SUCCESS exists. Re-committing (e.g. after retrying failed shards) replaces the
+manifest atomically; parts are only ever overwritten with identical content, so
+a reader sees either manifest whole with all its parts present.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.errors import OutputError
+from storage.fs import join, redact, resolve
+from storage.write import PartInfo, write_bytes_atomic
+
+MANIFEST_NAME = "_manifest.json"
+SUCCESS_NAME = "_SUCCESS"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a committed output holds and how it was made."""
+
+    job_id: str
+    mode: str  # "embed" | "generate" | "transcribe"
+    model: str
+    spec: dict  # the job's spec, JSON-serialisable
+    parts: tuple[PartInfo, ...]  # in result order
+    schema: str  # encode_schema(output schema); gives the columns even when there are no parts
+    stats: dict  # e.g. {"total": ..., "succeeded": ..., "failed": ...}, JSON-serialisable
+    created_at: str  # ISO 8601, UTC
+
+    def __post_init__(self) -> None:
+        names = [part.name for part in self.parts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"manifest lists a part twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        decode_schema(self.schema)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(part.num_rows for part in self.parts)
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return decode_schema(self.schema)
+
+    def to_json(self) -> str:
+        body = {"format_version": FORMAT_VERSION, **asdict(self),
+                "schema_text": self.arrow_schema.to_string(show_schema_metadata=False)}
+        return json.dumps(body, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        body = json.loads(text)
+        parts = tuple(PartInfo(**part) for part in body["parts"])
+        return cls(job_id=body["job_id"], mode=body["mode"], model=body["model"], spec=body["spec"],
+                   parts=parts, schema=body["schema"], stats=body["stats"], created_at=body["created_at"])
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    """An Arrow schema as text that `decode_schema` restores exactly (base64 of its IPC form)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def decode_schema(text: str) -> pa.Schema:
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except (ValueError, pa.ArrowException) as error:
+        raise ValueError(f"manifest schema is not an encode_schema() string: {text[:40]!r}...") from error
+
+
+def commit_output(output: str, manifest: Manifest, storage_options: dict | None = None) -> None:
+    """Check every listed part is there, write _manifest.json atomically, then _SUCCESS last."""
+    _check_parts_present(output, manifest, storage_options)
+    write_bytes_atomic(output, MANIFEST_NAME, manifest.to_json().encode("utf-8"), storage_options)
+    write_bytes_atomic(output, SUCCESS_NAME, b"", storage_options)
+
+
+def is_committed(output: str, storage_options: dict | None = None) -> bool:
+    """True once _SUCCESS exists."""
+    fs, path = resolve(output, storage_options)
+    fs.invalidate_cache(path)  # another process may have committed since this one listed
+    return fs.exists(join(path, SUCCESS_NAME))
+
+
+def read_manifest(output: str, storage_options: dict | None = None) -> Manifest:
+    fs, path = resolve(output, storage_options)
+    try:
+        text = fs.cat_file(join(path, MANIFEST_NAME)).decode("utf-8")
+    except FileNotFoundError as error:
+        raise OutputError(f"{redact(output)}: has no {MANIFEST_NAME}") from error
+    try:
+        return Manifest.from_json(text)
+    except (ValueError, KeyError, TypeError) as error:
+        raise OutputError(f"{redact(output)}: {MANIFEST_NAME} is not a valid manifest ({error})") from error
+
+
+def read_results(output: str, storage_options: dict | None = None) -> pa.Table:
+    """The whole committed result: exactly the manifest's parts, in its order, checksums verified."""
+    if not is_committed(output, storage_options):
+        raise OutputError(f"{redact(output)}: has no {SUCCESS_NAME}; the output is not committed")
+    manifest = read_manifest(output, storage_options)
+    fs, path = resolve(output, storage_options)
+    tables = [_read_part(fs, path, output, part) for part in manifest.parts]
+    if not tables:
+        return manifest.arrow_schema.empty_table()
+    try:
+        return pa.concat_tables(tables)
+    except pa.ArrowInvalid as error:
+        raise OutputError(f"{redact(output)}: parts disagree on their schema ({error})") from error
+
+
+def _read_part(fs, path: str, output: str, part: PartInfo) -> pa.Table:
+    try:
+        data = fs.cat_file(join(path, part.name))
+    except FileNotFoundError as error:
+        raise OutputError(f"{redact(output)}: the manifest lists {part.name}, which is missing") from error
+    if hashlib.sha256(data).hexdigest() != part.sha256:
+        raise OutputError(f"{redact(output)}: {part.name} does not match its checksum in the manifest")
+    table = pq.read_table(pa.BufferReader(data))
+    if table.num_rows != part.num_rows:
+        raise OutputError(f"{redact(output)}: {part.name} has {table.num_rows} rows, the manifest says {part.num_rows}")
+    return table
+
+
+def _check_parts_present(output: str, manifest: Manifest, storage_options: dict | None) -> None:
+    """One listing, not a request per part: every part must exist with the size the manifest gives."""
+    fs, path = resolve(output, storage_options)
+    fs.invalidate_cache(path)
+    try:
+        sizes = {entry["name"].rstrip("/").rsplit("/", 1)[-1]: entry["size"] for entry in fs.ls(path, detail=True)}
+    except FileNotFoundError:
+        sizes = {}
+    wrong = [part.name for part in manifest.parts if sizes.get(part.name) != part.num_bytes]
+    if wrong:
+        raise OutputError(f"{redact(output)}: cannot commit, parts missing or of the wrong size: {wrong[:10]}"
+                          + (f" and {len(wrong) - 10} more" if len(wrong) > 10 else ""))

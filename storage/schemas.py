@@ -1,0 +1,60 @@
+"""The columns of the output part files, per mode.
+
+Every mode writes the id column first (with its input name and type), then its
+result columns, then `error` (null when the row succeeded).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import pyarrow as pa
+
+SEGMENT_TYPE = pa.struct([("start", pa.float64()), ("end", pa.float64()), ("text", pa.string())])
+
+_RESULT_FIELDS: dict[str, list[pa.Field]] = {
+    "generate": [
+        pa.field("text", pa.string()),
+        pa.field("finish_reason", pa.string()),  # "stop" | "length" | "abort"
+        pa.field("num_prompt_tokens", pa.int32()),
+        pa.field("num_output_tokens", pa.int32()),
+    ],
+    "transcribe": [
+        pa.field("text", pa.string()),
+        pa.field("segments", pa.list_(SEGMENT_TYPE)),
+        pa.field("language", pa.string()),
+        pa.field("duration_s", pa.float64()),
+    ],
+}
+
+MODES = ("embed", "generate", "transcribe")
+
+
+def output_schema(mode: str, id_field: pa.Field, *, dimensions: int | None = None) -> pa.Schema:
+    """The schema of every part file of a job in `mode`.
+
+    `id_field` is the input's id column (name and type are kept). `dimensions`
+    is required for "embed": the length of each embedding vector.
+    """
+    result_fields = _result_fields(mode, dimensions)
+    fields = [id_field.remove_metadata(), *result_fields, pa.field("error", pa.string())]
+    taken = {field.name for field in fields[1:]}
+    if id_field.name in taken:
+        raise ValueError(f"id column name {id_field.name!r} clashes with a {mode} output column; "
+                         f"the output columns are {sorted(taken)}")
+    return pa.schema(fields)
+
+
+def _result_fields(mode: str, dimensions: int | None) -> list[pa.Field]:
+    if mode == "embed":
+        if isinstance(dimensions, bool) or not isinstance(dimensions, numbers.Integral) or dimensions < 1:
+            raise ValueError(f"embed needs dimensions as a positive int, got {dimensions!r}")
+        return [
+            pa.field("embedding", pa.list_(pa.float32(), int(dimensions))),  # null when the row failed
+            pa.field("num_tokens", pa.int32()),
+        ]
+    if dimensions is not None:
+        raise ValueError(f"dimensions applies only to embed, not to {mode!r}")
+    if mode not in _RESULT_FIELDS:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    return list(_RESULT_FIELDS[mode])

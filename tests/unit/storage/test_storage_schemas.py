@@ -1,0 +1,47 @@
+"""Output columns per mode."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from storage import output_schema
+
+ID = pa.field("doc_id", pa.int64())
+
+
+def test_embed():
+    schema = output_schema("embed", ID, dimensions=384)
+    assert schema.names == ["doc_id", "embedding", "num_tokens", "error"]
+    assert schema.field("embedding").type == pa.list_(pa.float32(), 384)
+    assert schema.field("embedding").nullable
+    assert schema.field("num_tokens").type == pa.int32()
+
+
+def test_generate_keeps_the_id_name_and_type():
+    schema = output_schema("generate", pa.field("key", pa.string()))
+    assert schema == pa.schema([
+        ("key", pa.string()), ("text", pa.string()), ("finish_reason", pa.string()),
+        ("num_prompt_tokens", pa.int32()), ("num_output_tokens", pa.int32()), ("error", pa.string()),
+    ])
+
+
+def test_transcribe():
+    schema = output_schema("transcribe", ID)
+    assert schema.names == ["doc_id", "text", "segments", "language", "duration_s", "error"]
+    segment = schema.field("segments").type.value_type
+    assert [(f.name, f.type) for f in segment] == [("start", pa.float64()), ("end", pa.float64()), ("text", pa.string())]
+    assert schema.field("duration_s").type == pa.float64()
+
+
+@pytest.mark.parametrize("mode, id_field, dimensions, problem", [
+    ("embed", ID, None, "embed needs dimensions"),
+    ("embed", ID, 0, "embed needs dimensions"),
+    ("generate", ID, 8, "dimensions applies only to embed"),
+    ("classify", ID, None, "mode 'classify' is not one of"),
+    ("generate", pa.field("text", pa.string()), None, "id column name 'text' clashes"),
+    ("embed", pa.field("error", pa.string()), 4, "id column name 'error' clashes"),
+])
+def test_bad_arguments_name_the_value(mode, id_field, dimensions, problem):
+    with pytest.raises(ValueError, match=problem):
+        output_schema(mode, id_field, dimensions=dimensions)
