@@ -19,6 +19,9 @@ from typing import IO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+# Object stores: no directories, and no rename (so no atomic move of a temporary file).
+_OBJECT_STORE_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss"}
+
 # "scheme://user:password@host/..." -> "scheme://***@host/..."
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/@]*@")
 
@@ -48,6 +51,22 @@ def join(path: str, name: str) -> str:
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     """True for the local disk, where a rename within a directory is atomic."""
     return isinstance(fs, LocalFileSystem)
+
+
+def make_dirs(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Create the directory `path` where the backend has directories.
+
+    Not on object stores: there a "directory" is only a key prefix, and s3fs's
+    makedirs would create a missing bucket rather than report it.
+    """
+    if is_object_store(fs):
+        return
+    fs.makedirs(path, exist_ok=True)
+
+
+def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    return bool(protocols & _OBJECT_STORE_PROTOCOLS)
 
 
 @contextmanager

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import OutputError
-from storage.fs import is_local, join, redact, resolve
+from storage.fs import is_local, join, make_dirs, redact, resolve
 from storage.plan import ShardPlan
 
 
@@ -48,7 +48,7 @@ def check_writable(output: str, storage_options: dict | None = None) -> None:
     probe_name = f"_barge_probe_{uuid.uuid4().hex}"
     try:
         fs, path = resolve(output, storage_options)
-        fs.makedirs(path, exist_ok=True)
+        make_dirs(fs, path)
         probe_path = join(path, probe_name)
         fs.pipe_file(probe_path, b"")
         fs.rm_file(probe_path)
@@ -75,7 +75,7 @@ def write_bytes_atomic(output: str, name: str, data: bytes, storage_options: dic
     """Make `output/name` hold `data`, with no moment where it holds anything partial."""
     try:
         fs, path = resolve(output, storage_options)
-        fs.makedirs(path, exist_ok=True)
+        make_dirs(fs, path)
         if is_local(fs):
             _replace_local(path, name, data)
         else:
