@@ -33,6 +33,9 @@ def list_input_files(input: str | list[str], storage_options: dict | None = None
 
 def _expand_one(url: str, storage_options: dict | None) -> list[str]:
     fs, path = resolve(url, storage_options)
+    # fsspec keeps filesystems (and s3fs their listings) for the life of the process; a
+    # long-lived planner must see files added since its last job.
+    fs.invalidate_cache()
     if any(char in path for char in _GLOB_CHARS):
         matches = fs.glob(path, detail=True)
         paths = sorted(p for p, info in matches.items() if info["type"] == "file")

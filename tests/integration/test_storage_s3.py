@@ -7,6 +7,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import s3fs
 
 from storage import (InputError, Manifest, OutputError, check_writable, commit_output, encode_schema,
                      inspect_input, is_committed, part_name, plan_shards, read_manifest, read_results,
@@ -90,3 +91,17 @@ def test_errors_over_s3_name_the_url(s3_server, bucket):
     with pytest.raises(OutputError, match=rf"output s3://{missing_bucket}/out is not writable: .*bucket does not exist"):
         check_writable(f"s3://{missing_bucket}/out", storage_options=options)
     assert not fs.exists(missing_bucket)  # reported, not created
+
+
+def test_a_long_lived_process_sees_files_added_since_its_last_listing(s3_server, bucket):
+    # Given a listing that s3fs has cached
+    options = s3_server.storage_options
+    put_parquet(f"{bucket}/daily/a.parquet", corpus(3, 0), options, row_group_size=64)
+    assert len(inspect_input(f"{bucket}/daily/", columns=COLUMNS, storage_options=options).files) == 1
+    # When another writer (another process, in effect: its own client) adds a file
+    other_writer = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    with other_writer.open(f"{bucket}/daily/b.parquet", "wb") as file:
+        pq.write_table(corpus(3, 3), file)
+    # Then the next inspection lists it
+    info = inspect_input(f"{bucket}/daily/", columns=COLUMNS, storage_options=options)
+    assert [f.url.rsplit("/", 1)[-1] for f in info.files] == ["a.parquet", "b.parquet"]
