@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import uuid
 
 import pyarrow as pa
@@ -49,3 +50,40 @@ def test_not_parquet_over_memory_names_the_url(root, columns):
     fs.pipe_file(f"{path}/x.parquet", b"definitely not parquet")
     with pytest.raises(InputError, match=r"memory://.*/x\.parquet: not a Parquet file"):
         inspect_input(f"{root}/x.parquet", columns=columns)
+
+
+class CountingFile(io.BytesIO):
+    """A file that adds every byte read to a shared counter."""
+
+    def __init__(self, data: bytes, counter: list[int]):
+        super().__init__(data)
+        self.counter = counter
+
+    def read(self, size=-1):
+        chunk = super().read(size)
+        self.counter[0] += len(chunk)
+        return chunk
+
+
+def test_inspect_reads_only_footers_and_a_shard_only_its_row_groups(root, columns, monkeypatch):
+    # Given a ~2 MB file of 8 row groups on memory://, whose opened files count the bytes read
+    fs, path = resolve(root)
+    num_rows = 80_000
+    table = pa.table({"doc_id": pa.array(range(num_rows), pa.int64()),
+                      "text": [uuid.UUID(int=i * 7919).hex * 2 for i in range(num_rows)]})
+    with fs.open(f"{path}/big.parquet", "wb") as file:
+        pq.write_table(table, file, row_group_size=num_rows // 8, compression="none")
+    file_size = fs.size(f"{path}/big.parquet")
+    bytes_read = [0]
+    monkeypatch.setattr(fs, "_open", lambda p, mode="rb", **kwargs: CountingFile(fs.cat_file(p), bytes_read))
+
+    # When the input is inspected, then only about the footer is read
+    info = inspect_input(f"{root}/big.parquet", columns=columns)
+    assert info.files[0].num_row_groups == 8
+    assert bytes_read[0] < file_size / 20
+
+    # When one shard of two row groups is read, then about a quarter of the file is read
+    bytes_read[0] = 0
+    shard = plan_shards(info, max_rows_per_shard=num_rows // 4)[1]
+    assert sum(batch.num_rows for batch in read_shard(shard, ["doc_id", "text"])) == num_rows // 4
+    assert bytes_read[0] < file_size / 3
