@@ -1,0 +1,169 @@
+"""`barge`: a thin command line over the client (and the worker).
+
+    barge submit --mode embed --model minilm --input 'corpus/*.parquet' --output out/
+    barge status JOB | wait JOB | cancel JOB | results JOB | jobs
+    barge worker --model minilm
+    barge demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from jobs.client import Client, JobFailed
+from jobs.records import JobProgress
+from jobs.spec import JobSpec, JobSpecError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except JobSpecError as exc:
+        print(f"barge: job refused: {exc}", file=sys.stderr)
+        return 2
+    except (KeyError, JobFailed, TimeoutError) as exc:
+        print(f"barge: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="barge", description="Offline batch inference over Parquet corpora.")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    submit = commands.add_parser("submit", help="validate and queue a job")
+    submit.add_argument("--mode", default="embed")
+    submit.add_argument("--model", required=True, help="registered model name or model folder")
+    submit.add_argument("--input", required=True, action="append", help="Parquet path, URL, glob or folder (repeatable)")
+    submit.add_argument("--output", required=True)
+    submit.add_argument("--input-column", default="text")
+    submit.add_argument("--id-column")
+    submit.add_argument("--webhook-url")
+    submit.add_argument("--param", action="append", default=[], metavar="NAME=JSON", help="e.g. dimensions=256")
+    submit.add_argument("--metadata", default="{}", help="JSON object echoed in status and webhooks")
+    submit.add_argument("--if-exists", default="error", choices=["error", "replace"])
+    submit.add_argument("--max-rows-per-shard", type=int, default=2048)
+    submit.add_argument("--wait", action="store_true", help="wait with a progress bar")
+    submit.set_defaults(func=_submit)
+
+    for name, func, help_text in (("status", _status, "show a job's progress"),
+                                  ("wait", _wait, "wait for a job to finish"),
+                                  ("cancel", _cancel, "cancel a job"),
+                                  ("results", _results, "print or save a finished job's results")):
+        command = commands.add_parser(name, help=help_text)
+        command.add_argument("job_id")
+        command.set_defaults(func=func)
+        if name == "wait":
+            command.add_argument("--timeout", type=float)
+            command.add_argument("--no-progress", action="store_true")
+        if name == "results":
+            command.add_argument("--limit", type=int, default=10, help="rows to print")
+            command.add_argument("--save", help="write the whole result to this Parquet file")
+
+    listing = commands.add_parser("jobs", help="list recent jobs")
+    listing.add_argument("--limit", type=int, default=20)
+    listing.set_defaults(func=_jobs)
+
+    worker = commands.add_parser("worker", help="run a worker serving one or more models")
+    worker.add_argument("--model", required=True, action="append", help="registered name or folder (repeatable)")
+    worker.add_argument("--loglevel", default="INFO")
+    worker.set_defaults(func=_worker)
+
+    demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
+    demo.add_argument("--rows", type=int, default=10_000)
+    demo.add_argument("--model", default="minilm")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def _submit(args) -> int:
+    params = {}
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise JobSpecError("params", f"{item!r} is not NAME=JSON")
+        params[name] = json.loads(value)
+    spec = JobSpec(mode=args.mode, model=args.model, input=args.input if len(args.input) > 1 else args.input[0],
+                   output=args.output, input_column=args.input_column, id_column=args.id_column,
+                   webhook_url=args.webhook_url, params=params, metadata=json.loads(args.metadata),
+                   if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard)
+    job = Client().submit(spec)
+    print(f"job {job.id} queued")
+    if job.webhook_secret:
+        print(f"webhook secret (shown once): {job.webhook_secret}")
+    if args.wait:
+        _print_status(job.wait(progress=True))
+    return 0
+
+
+def _status(args) -> int:
+    _print_status(Client().job(args.job_id).status())
+    return 0
+
+
+def _wait(args) -> int:
+    state = Client().job(args.job_id).wait(args.timeout, progress=not args.no_progress)
+    _print_status(state)
+    return 0 if state.status.name == "SUCCEEDED" else 1
+
+
+def _cancel(args) -> int:
+    cancelled = Client().job(args.job_id).cancel()
+    print("cancelled" if cancelled else "already finished")
+    return 0 if cancelled else 1
+
+
+def _results(args) -> int:
+    table = Client().job(args.job_id).results()
+    if args.save:
+        import pyarrow.parquet as pq
+        pq.write_table(table, args.save)
+        print(f"{table.num_rows} rows written to {args.save}")
+    else:
+        print(table.slice(0, args.limit).to_pandas() if _has_pandas() else table.slice(0, args.limit))
+        print(f"({table.num_rows} rows)")
+    return 0
+
+
+def _jobs(args) -> int:
+    print(f"{'JOB':32}  {'STATUS':10}  {'DONE':>9}  {'FAILED':>7}  {'TOTAL':>9}  OUTPUT")
+    for state in Client().jobs(args.limit):
+        print(f"{state.job_id:32}  {str(state.status):10}  {state.rows_done:>9}  {state.rows_failed:>7}  "
+              f"{state.rows_total:>9}  {state.output}")
+    return 0
+
+
+def _worker(args) -> int:
+    from queueing.serve import serve
+    serve(args.model, loglevel=args.loglevel)
+    return 0
+
+
+def _demo(args) -> int:
+    from jobs.demo import run_demo
+    return run_demo(num_rows=args.rows, model=args.model)
+
+
+def _print_status(state: JobProgress) -> None:
+    shards = ", ".join(f"{count} {name}" for name, count in sorted(state.shards.items())) or "none yet"
+    print(f"job {state.job_id}: {state.status}")
+    print(f"  rows: {state.rows_done} done of {state.rows_total} ({state.rows_succeeded} succeeded, "
+          f"{state.rows_failed} failed)")
+    print(f"  shards: {shards}")
+    print(f"  output: {state.output}")
+    if state.error:
+        print(f"  error: {state.error}")
+
+
+def _has_pandas() -> bool:
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

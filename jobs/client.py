@@ -1,0 +1,119 @@
+"""The Python client: submit a JobSpec, then follow, cancel or read the Job.
+
+    client = Client()                  # BARGE_DATABASE_URL / BARGE_BROKER_URL, else embedded
+    job = client.submit(JobSpec(...))  # validated and checked against the data first
+    job.wait(progress=True)
+    table = job.results()
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pyarrow as pa
+
+from jobs.events import final_event
+from jobs.records import JobProgress
+from jobs.settings import Settings
+from jobs.spec import JobSpec
+from jobs.status import JobStatus
+from jobs.store import Store
+from jobs.validate import check_job, encoded_schema
+from storage.manifest import read_results
+from webhooks.signing import generate_secret
+
+
+class JobFailed(RuntimeError):
+    """Raised by `Job.results()` for a job that did not succeed."""
+
+
+class Client:
+    def __init__(self, *, database_url: str | None = None, broker_url: str | None = None,
+                 settings: Settings | None = None):
+        settings = settings or Settings.from_env()
+        if database_url:
+            settings = replace(settings, database_url=database_url)
+        if broker_url:
+            settings = replace(settings, broker_url=broker_url)
+        self.settings = settings
+        self.store = Store(settings.database_url)
+        self.store.migrate()
+        self._app = None
+
+    def submit(self, spec: JobSpec, *, webhook_secret: str | None = None) -> "Job":
+        """Check the job against its data, record it, queue its planning. A refused job
+        raises `JobSpecError` naming the field, and nothing is queued."""
+        checked = check_job(spec)
+        secret = (webhook_secret or generate_secret()) if spec.webhook_url else None
+        job_id = self.store.create_job(spec, model_key=checked.model.key, rows_total=checked.input.num_rows,
+                                       output_schema=encoded_schema(checked), webhook_secret=secret)
+        self._send("barge.plan_job", [job_id])
+        return Job(self, job_id, webhook_secret=secret)
+
+    def job(self, job_id: str) -> "Job":
+        self.store.get_job(job_id)   # KeyError for an unknown id
+        return Job(self, job_id)
+
+    def jobs(self, limit: int = 50) -> list[JobProgress]:
+        return [self.store.progress(job.id) for job in self.store.list_jobs(limit)]
+
+    def _send(self, task_name: str, args: list) -> None:
+        from queueing.app import create_app
+        from queueing.routing import CONTROL_QUEUE
+        if self._app is None:
+            self._app = create_app(self.settings)
+        self._app.send_task(task_name, args=args, queue=CONTROL_QUEUE)
+
+
+class Job:
+    def __init__(self, client: Client, job_id: str, *, webhook_secret: str | None = None):
+        self.client = client
+        self.id = job_id
+        # Known only to the submitter: it is returned once, at submission, never by status().
+        self.webhook_secret = webhook_secret
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r})"
+
+    def status(self) -> JobProgress:
+        return self.client.store.progress(self.id)
+
+    def wait(self, timeout: float | None = None, *, progress: bool = False, poll_s: float = 0.5) -> JobProgress:
+        """Block until the job is finished; TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bar = _progress_bar(self.status()) if progress else None
+        try:
+            while True:
+                state = self.status()
+                if bar is not None:
+                    bar.total = state.rows_total
+                    bar.update(state.rows_done - bar.n)
+                    bar.set_postfix_str(f"{state.status}, failed {state.rows_failed}", refresh=False)
+                if state.is_finished:
+                    return state
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"job {self.id} still {state.status} after {timeout}s")
+                time.sleep(poll_s)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def cancel(self) -> bool:
+        """Cancel the job; False if it had already finished. Shards not yet committed are
+        dropped; a worker running one finds its claim gone and commits nothing."""
+        store = self.client.store
+        event = final_event(store, self.id, JobStatus.CANCELLED, None)
+        return store.finish_job(self.id, JobStatus.CANCELLED, event=event)
+
+    def results(self) -> pa.Table:
+        state = self.status()
+        if state.status != JobStatus.SUCCEEDED:
+            raise JobFailed(f"job {self.id} is {state.status}" + (f": {state.error}" if state.error else ""))
+        return read_results(state.output)
+
+
+def _progress_bar(state: JobProgress):
+    from tqdm import tqdm
+    return tqdm(total=state.rows_total, unit="row", desc=f"job {state.job_id[:8]}", dynamic_ncols=True,
+                disable=None)   # None: shown on a terminal only

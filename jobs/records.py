@@ -1,0 +1,91 @@
+"""Typed rows read from the store; what the client, tasks and CLI pass around."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from jobs.spec import JobSpec
+from jobs.status import JobStatus, ShardStatus
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    status: JobStatus
+    spec: JobSpec
+    model_key: str
+    rows_total: int
+    output_schema: str    # storage.manifest.encode_schema of every part's schema
+    error: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @classmethod
+    def from_row(cls, row) -> "JobRecord":
+        return cls(id=row.id, status=JobStatus(row.status), spec=JobSpec.from_dict(json.loads(row.spec)),
+                   model_key=row.model_key, rows_total=row.rows_total, output_schema=row.output_schema,
+                   error=row.error,
+                   created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at)
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    job_id: str
+    shard_index: int
+    plan: dict            # storage.plan.ShardPlan fields
+    num_rows: int
+    status: ShardStatus
+    attempt: int
+    token: str | None
+    part: dict | None     # storage.write.PartInfo fields, once committed
+    rows_succeeded: int
+    rows_failed: int
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row) -> "ShardRecord":
+        return cls(job_id=row.job_id, shard_index=row.shard_index, plan=json.loads(row.plan),
+                   num_rows=row.num_rows, status=ShardStatus(row.status), attempt=row.attempt,
+                   token=row.token, part=json.loads(row.part) if row.part else None,
+                   rows_succeeded=row.rows_succeeded, rows_failed=row.rows_failed, error=row.error)
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """A job's state as `status()` reports it. Holds no secret."""
+
+    job_id: str
+    status: JobStatus
+    rows_total: int
+    rows_succeeded: int                 # rows of committed shards without an error
+    rows_failed: int                    # rows of committed shards with an error value
+    shards: dict[str, int] = field(default_factory=dict)   # shard status name -> count
+    error: str | None = None
+    output: str = ""
+    created_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def rows_done(self) -> int:
+        return self.rows_succeeded + self.rows_failed
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+
+@dataclass(frozen=True)
+class WebhookRecord:
+    id: str
+    job_id: str
+    type: str
+    url: str
+    body: bytes
+    status: str
+    attempts: int
+    next_attempt_at: float
+    last_status_code: int | None
+    last_error: str | None

@@ -1,0 +1,38 @@
+"""Where Barge keeps its state: one frozen value read from the environment once.
+
+With nothing set, everything lives under the data directory (`BARGE_DATA_DIR`, else
+`$XDG_DATA_HOME/barge`, else `~/.local/share/barge`): SQLite for state and a kombu
+filesystem transport for the queue, so one machine needs no server at all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    database_url: str     # SQLAlchemy URL: sqlite:///... or postgresql+psycopg://...
+    broker_url: str       # "filesystem://" (embedded), amqp://..., redis://...
+
+    @property
+    def is_embedded_broker(self) -> bool:
+        return self.broker_url.startswith("filesystem://")
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.data_dir / "broker"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        data_home = env.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        data_dir = Path(env.get("BARGE_DATA_DIR") or os.path.join(data_home, "barge")).expanduser()
+        database_url = env.get("BARGE_DATABASE_URL") or f"sqlite:///{data_dir / 'barge.db'}"
+        if database_url.startswith("postgresql://"):
+            database_url = "postgresql+psycopg://" + database_url.removeprefix("postgresql://")
+        broker_url = env.get("BARGE_BROKER_URL") or "filesystem://"
+        return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url)

@@ -1,0 +1,137 @@
+"""JobSpec: what a user asks Barge to do, validated at the boundary.
+
+Everything that can be checked without touching data is checked here, in one place,
+and each problem is reported as a `JobSpecError` naming the field. Checks that need
+the data (input files exist and have the columns, the output can be written) run in
+`jobs.validate` before anything is queued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhooks.safety import validate_webhook_url
+
+MODES = ("embed", "generate", "transcribe")
+# Modes whose engine this version of Barge has; a job in another mode is refused.
+AVAILABLE_MODES = ("embed",)
+IF_EXISTS = ("error", "replace")
+
+# mode -> parameter name -> (accepted types, description for errors)
+MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
+    "embed": {
+        "normalize": ((bool,), "a boolean"),
+        "dimensions": ((int, type(None)), "a positive integer or null"),
+    },
+    "generate": {},
+    "transcribe": {},
+}
+
+
+
+class JobSpecError(ValueError):
+    """A JobSpec (or its data) that Barge refuses; `field` names the culprit."""
+
+    def __init__(self, field: str, problem: str):
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One batch job. Frozen: a job's spec never changes after submission."""
+
+    mode: str
+    """"embed" (available), "generate" or "transcribe"."""
+    model: str
+    """A registered model name or a model folder path (see `jobs.models`)."""
+    input: str | tuple[str, ...]
+    """Parquet input: a path or fsspec URL, a glob, a directory, or several of these."""
+    output: str
+    """Output folder (path or fsspec URL): part files, `_manifest.json`, `_SUCCESS`."""
+    input_column: str = "text"
+    """The column holding each row's input."""
+    id_column: str | None = None
+    """A column carried into the output to join results back; None adds `row_index`."""
+    webhook_url: str | None = None
+    """Where the job's final event is POSTed (Standard Webhooks signed)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Mode parameters, e.g. {"normalize": True, "dimensions": 256} for embed."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free-form, JSON-serialisable; echoed in status and in the webhook payload."""
+    if_exists: str = "error"
+    """What to do when `output` already holds a committed result: "error" or "replace"."""
+    max_rows_per_shard: int = 2048
+    """Upper bound on a shard's rows; shards follow Parquet row-group boundaries."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.input, list):
+            object.__setattr__(self, "input", tuple(self.input))
+        object.__setattr__(self, "params", dict(self.params))
+        object.__setattr__(self, "metadata", dict(self.metadata))
+        self._validate()
+
+    def _validate(self) -> None:
+        if self.mode not in MODES:
+            raise JobSpecError("mode", f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if self.mode not in AVAILABLE_MODES:
+            raise JobSpecError("mode", f"{self.mode!r} is not available in this version of Barge "
+                                       f"(available: {', '.join(AVAILABLE_MODES)})")
+        _require_text("model", self.model)
+        inputs = (self.input,) if isinstance(self.input, str) else self.input
+        if not inputs:
+            raise JobSpecError("input", "no input given")
+        for url in inputs:
+            _require_text("input", url)
+        _require_text("output", self.output)
+        _require_text("input_column", self.input_column)
+        if self.id_column is not None:
+            _require_text("id_column", self.id_column)
+        if self.webhook_url is not None:
+            try:
+                validate_webhook_url(self.webhook_url)
+            except ValueError as exc:
+                raise JobSpecError("webhook_url", str(exc).removeprefix("webhook_url: ")) from None
+        if self.if_exists not in IF_EXISTS:
+            raise JobSpecError("if_exists", f"{self.if_exists!r} is not one of {', '.join(IF_EXISTS)}")
+        if not isinstance(self.max_rows_per_shard, int) or self.max_rows_per_shard < 1:
+            raise JobSpecError("max_rows_per_shard", f"must be a positive integer, got {self.max_rows_per_shard!r}")
+        self._validate_params()
+
+    def _validate_params(self) -> None:
+        accepted = MODE_PARAMS[self.mode]
+        for name, value in self.params.items():
+            if name not in accepted:
+                known = ", ".join(accepted) or "none"
+                raise JobSpecError(f"params.{name}", f"unknown parameter for mode {self.mode!r} (known: {known})")
+            types, description = accepted[name]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise JobSpecError(f"params.{name}", f"must be {description}, got {value!r}")
+        dimensions = self.params.get("dimensions")
+        if dimensions is not None and dimensions < 1:
+            raise JobSpecError("params.dimensions", f"must be a positive integer, got {dimensions!r}")
+
+    @property
+    def inputs(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["input"] = self.inputs if not isinstance(self.input, str) else self.input
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise JobSpecError(unknown[0], "unknown field")
+        return cls(**data)
+
+
+def _require_text(field_name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise JobSpecError(field_name, f"must be a non-empty string, got {value!r}")

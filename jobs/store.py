@@ -1,0 +1,310 @@
+"""The SQL store: jobs, shards and the webhook outbox, on SQLite or PostgreSQL.
+
+Every state change goes through `jobs.status.check_transition` inside one transaction
+that first locks the job row, so concurrent workers committing shards of one job are
+serialised and exactly one of them sees the job become ready to finalize. On SQLite
+the lock is the database write lock (`BEGIN IMMEDIATE`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, create_engine, event, func, select, text, update, insert
+
+from jobs import tables
+from jobs.records import JobProgress, JobRecord, ShardRecord, WebhookRecord
+from jobs.spec import JobSpec
+from jobs.status import JobStatus, ShardStatus, check_transition
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+@dataclass(frozen=True)
+class ShardClaim:
+    token: str        # fencing token: only this attempt may commit the shard
+    attempt: int
+    plan: dict
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    """A webhook event to write in the same transaction as a job's final state."""
+
+    id: str
+    type: str
+    url: str
+    body: bytes
+
+
+class Store:
+    def __init__(self, url: str):
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        if self.is_sqlite:
+            _ensure_sqlite_dir(url)
+            self.engine = create_engine(url, connect_args={"timeout": 60})
+            _make_sqlite_transactions_immediate(self.engine)
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True)
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision; safe to run from several processes."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as conn:
+            if not self.is_sqlite:
+                conn.execute(text("SELECT pg_advisory_xact_lock(7262061)"))   # one migrator at a time
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+
+    @contextmanager
+    def _job_transaction(self, job_id: str) -> Iterator[tuple[Connection, object]]:
+        with self.engine.begin() as conn:
+            row = conn.execute(select(tables.jobs).where(tables.jobs.c.id == job_id).with_for_update()).one_or_none()
+            if row is None:
+                raise KeyError(f"no job {job_id!r}")
+            yield conn, row
+
+    # -- jobs --------------------------------------------------------------------------
+
+    def create_job(self, spec: JobSpec, *, model_key: str, rows_total: int, output_schema: str,
+                   webhook_secret: str | None) -> str:
+        job_id = uuid.uuid4().hex
+        now = time.time()
+        with self.engine.begin() as conn:
+            conn.execute(insert(tables.jobs).values(
+                id=job_id, status=int(JobStatus.QUEUED), mode=spec.mode, model_key=model_key,
+                spec=json.dumps(spec.to_dict()), webhook_secret=webhook_secret,
+                rows_total=rows_total, output_schema=output_schema, created_at=now, updated_at=now))
+        return job_id
+
+    def get_job(self, job_id: str) -> JobRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(tables.jobs).where(tables.jobs.c.id == job_id)).one_or_none()
+        if row is None:
+            raise KeyError(f"no job {job_id!r}")
+        return JobRecord.from_row(row)
+
+    def webhook_secret(self, job_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(tables.jobs.c.webhook_secret).where(tables.jobs.c.id == job_id)).scalar_one()
+
+    def list_jobs(self, limit: int = 50) -> list[JobRecord]:
+        query = select(tables.jobs).order_by(tables.jobs.c.created_at.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [JobRecord.from_row(row) for row in conn.execute(query)]
+
+    def progress(self, job_id: str) -> JobProgress:
+        job = self.get_job(job_id)
+        shard = tables.shards.c
+        query = (select(shard.status, func.count(), func.sum(shard.rows_succeeded), func.sum(shard.rows_failed))
+                 .where(shard.job_id == job_id).group_by(shard.status))
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        counts = {str(ShardStatus(status)): count for status, count, _, _ in rows}
+        committed = [r for r in rows if r[0] == int(ShardStatus.COMMITTED)]
+        succeeded = sum(r[2] or 0 for r in committed)
+        failed = sum(r[3] or 0 for r in committed)
+        return JobProgress(job_id=job.id, status=job.status, rows_total=job.rows_total,
+                           rows_succeeded=succeeded, rows_failed=failed, shards=counts, error=job.error,
+                           output=job.spec.output, created_at=job.created_at, started_at=job.started_at,
+                           finished_at=job.finished_at)
+
+    def start_job(self, job_id: str, plans: list[dict]) -> bool:
+        """QUEUED -> RUNNING with its shards; False if the job is no longer QUEUED."""
+        now = time.time()
+        with self._job_transaction(job_id) as (conn, job):
+            if JobStatus(job.status) != JobStatus.QUEUED:
+                return False
+            self._set_job_status(conn, job, JobStatus.RUNNING, started_at=now)
+            if plans:
+                conn.execute(insert(tables.shards), [
+                    dict(job_id=job_id, shard_index=plan["shard_index"], plan=json.dumps(plan),
+                         num_rows=plan["num_rows"], status=int(ShardStatus.PENDING), attempt=0,
+                         rows_succeeded=0, rows_failed=0, updated_at=now)
+                    for plan in plans])
+        return True
+
+    def begin_finalize(self, job_id: str) -> bool:
+        """RUNNING -> FINALIZING once every shard is finished; False otherwise."""
+        with self._job_transaction(job_id) as (conn, job):
+            if JobStatus(job.status) != JobStatus.RUNNING or self._num_unfinished(conn, job_id):
+                return False
+            self._set_job_status(conn, job, JobStatus.FINALIZING)
+        return True
+
+    def finish_job(self, job_id: str, status: JobStatus, *, error: str | None = None,
+                   event: OutboxEvent | None = None) -> bool:
+        """Move the job to a final state and queue its webhook event, in one transaction.
+
+        False (and nothing written) if the job is already finished."""
+        now = time.time()
+        with self._job_transaction(job_id) as (conn, job):
+            if JobStatus(job.status).is_finished:
+                return False
+            self._set_job_status(conn, job, status, error=error, finished_at=now)
+            if status == JobStatus.CANCELLED:
+                shard = tables.shards.c
+                conn.execute(update(tables.shards)
+                             .where(shard.job_id == job_id, shard.status.in_([int(ShardStatus.PENDING), int(ShardStatus.RUNNING)]))
+                             .values(status=int(ShardStatus.CANCELLED), token=None, updated_at=now))
+            if event is not None:
+                conn.execute(insert(tables.webhook_events).values(
+                    id=event.id, job_id=job_id, type=event.type, url=event.url, body=event.body.decode(),
+                    status="pending", attempts=0, next_attempt_at=now, claimed_until=0.0, created_at=now))
+        return True
+
+    def _set_job_status(self, conn: Connection, job, target: JobStatus, **values) -> None:
+        check_transition(JobStatus(job.status), target)
+        conn.execute(update(tables.jobs).where(tables.jobs.c.id == job.id)
+                     .values(status=int(target), updated_at=time.time(), **values))
+
+    # -- shards ------------------------------------------------------------------------
+
+    def list_shards(self, job_id: str) -> list[ShardRecord]:
+        query = select(tables.shards).where(tables.shards.c.job_id == job_id).order_by(tables.shards.c.shard_index)
+        with self.engine.connect() as conn:
+            return [ShardRecord.from_row(row) for row in conn.execute(query)]
+
+    def claim_shard(self, job_id: str, shard_index: int) -> ShardClaim | None:
+        """Take the shard under a new attempt token; None if it is finished or its job is."""
+        with self._job_transaction(job_id) as (conn, job):
+            if JobStatus(job.status) != JobStatus.RUNNING:
+                return None
+            shard = self._shard_row(conn, job_id, shard_index)
+            if ShardStatus(shard.status).is_finished:
+                return None
+            check_transition(ShardStatus(shard.status), ShardStatus.RUNNING)
+            token = uuid.uuid4().hex
+            self._update_shard(conn, job_id, shard_index, status=int(ShardStatus.RUNNING), token=token,
+                               attempt=shard.attempt + 1, started_at=time.time(), error=None)
+            return ShardClaim(token=token, attempt=shard.attempt + 1, plan=json.loads(shard.plan))
+
+    def commit_shard(self, job_id: str, shard_index: int, token: str, *, part: dict,
+                     rows_succeeded: int, rows_failed: int) -> tuple[bool, bool]:
+        """Record the shard's part under its attempt token.
+
+        Returns (committed, job_is_ready): committed is False for a stale token (another
+        attempt took the shard over); job_is_ready is True for exactly the commit that
+        finished the job's last shard."""
+        return self._finish_shard(job_id, shard_index, token, ShardStatus.COMMITTED, part=json.dumps(part),
+                                  rows_succeeded=rows_succeeded, rows_failed=rows_failed)
+
+    def fail_shard(self, job_id: str, shard_index: int, token: str, error: str) -> tuple[bool, bool]:
+        return self._finish_shard(job_id, shard_index, token, ShardStatus.FAILED, error=error)
+
+    def release_shard(self, job_id: str, shard_index: int, token: str, error: str) -> bool:
+        """Give a running shard back for another attempt (after a retryable failure)."""
+        with self._job_transaction(job_id) as (conn, _job):
+            shard = self._shard_row(conn, job_id, shard_index)
+            if shard.token != token or ShardStatus(shard.status) != ShardStatus.RUNNING:
+                return False
+            self._update_shard(conn, job_id, shard_index, status=int(ShardStatus.PENDING), token=None, error=error)
+        return True
+
+    def _finish_shard(self, job_id: str, shard_index: int, token: str, target: ShardStatus,
+                      **values) -> tuple[bool, bool]:
+        with self._job_transaction(job_id) as (conn, job):
+            shard = self._shard_row(conn, job_id, shard_index)
+            if shard.token != token or ShardStatus(shard.status) != ShardStatus.RUNNING:
+                return False, False
+            check_transition(ShardStatus(shard.status), target)
+            self._update_shard(conn, job_id, shard_index, status=int(target), finished_at=time.time(), **values)
+            is_ready = JobStatus(job.status) == JobStatus.RUNNING and self._num_unfinished(conn, job_id) == 0
+        return True, is_ready
+
+    def _shard_row(self, conn: Connection, job_id: str, shard_index: int):
+        shard = tables.shards.c
+        row = conn.execute(select(tables.shards).where(shard.job_id == job_id, shard.shard_index == shard_index)).one_or_none()
+        if row is None:
+            raise KeyError(f"no shard {shard_index} in job {job_id!r}")
+        return row
+
+    def _update_shard(self, conn: Connection, job_id: str, shard_index: int, **values) -> None:
+        shard = tables.shards.c
+        conn.execute(update(tables.shards).where(shard.job_id == job_id, shard.shard_index == shard_index)
+                     .values(updated_at=time.time(), **values))
+
+    def _num_unfinished(self, conn: Connection, job_id: str) -> int:
+        shard = tables.shards.c
+        unfinished = [int(s) for s in ShardStatus if not s.is_finished]
+        return conn.execute(select(func.count()).where(shard.job_id == job_id, shard.status.in_(unfinished))).scalar_one()
+
+    # -- webhook outbox ----------------------------------------------------------------
+
+    def due_webhooks(self, now: float | None = None, limit: int = 100) -> list[str]:
+        now = time.time() if now is None else now
+        event = tables.webhook_events.c
+        query = (select(event.id).where(event.status == "pending", event.next_attempt_at <= now,
+                                        event.claimed_until <= now)
+                 .order_by(event.next_attempt_at).limit(limit))
+        with self.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
+
+    def claim_webhook(self, event_id: str, lease_s: float = 120.0) -> WebhookRecord | None:
+        """Take a due event for one delivery attempt; None if it is delivered, failed or claimed."""
+        now = time.time()
+        event = tables.webhook_events.c
+        with self.engine.begin() as conn:
+            claimed = conn.execute(update(tables.webhook_events)
+                                   .where(event.id == event_id, event.status == "pending", event.claimed_until <= now)
+                                   .values(claimed_until=now + lease_s)).rowcount
+            if not claimed:
+                return None
+            row = conn.execute(select(tables.webhook_events).where(event.id == event_id)).one()
+        return WebhookRecord(id=row.id, job_id=row.job_id, type=row.type, url=row.url, body=row.body.encode(),
+                             status=row.status, attempts=row.attempts, next_attempt_at=row.next_attempt_at,
+                             last_status_code=row.last_status_code, last_error=row.last_error)
+
+    def record_delivery(self, event_id: str, *, ok: bool, status_code: int | None, error: str | None,
+                        next_attempt_at: float | None) -> None:
+        """Record one attempt: delivered, due again at next_attempt_at, or failed for good (None)."""
+        now = time.time()
+        status = "delivered" if ok else ("pending" if next_attempt_at is not None else "failed")
+        with self.engine.begin() as conn:
+            conn.execute(update(tables.webhook_events).where(tables.webhook_events.c.id == event_id).values(
+                status=status, attempts=tables.webhook_events.c.attempts + 1, last_status_code=status_code,
+                last_error=error, claimed_until=0.0, next_attempt_at=next_attempt_at or now,
+                delivered_at=now if ok else None))
+
+    def webhook_events(self, job_id: str) -> list[WebhookRecord]:
+        event = tables.webhook_events.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(tables.webhook_events).where(event.job_id == job_id).order_by(event.created_at)).all()
+        return [WebhookRecord(id=r.id, job_id=r.job_id, type=r.type, url=r.url, body=r.body.encode(), status=r.status,
+                              attempts=r.attempts, next_attempt_at=r.next_attempt_at,
+                              last_status_code=r.last_status_code, last_error=r.last_error) for r in rows]
+
+
+def _ensure_sqlite_dir(url: str) -> None:
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    if path and path != ":memory:":
+        Path(os.path.expanduser(path)).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _make_sqlite_transactions_immediate(engine) -> None:
+    # pysqlite's own transaction handling starts with a deferred BEGIN; two processes
+    # that both read and then write would then fail with "database is locked". Take the
+    # write lock up front instead, and let readers run alongside in WAL mode.
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

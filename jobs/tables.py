@@ -1,0 +1,63 @@
+"""The SQL tables behind the store. Times are UTC epoch seconds (portable across
+SQLite and PostgreSQL); the migrations in `jobs/migrations` create exactly these."""
+
+from __future__ import annotations
+
+from sqlalchemy import (Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
+                        PrimaryKeyConstraint, Index)
+
+metadata = MetaData()
+
+jobs = Table(
+    "barge_jobs", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("status", Integer, nullable=False),           # jobs.status.JobStatus
+    Column("mode", String(16), nullable=False),
+    Column("model_key", String(200), nullable=False),    # routing key (jobs.models.ModelRef.key)
+    Column("spec", Text, nullable=False),                # JobSpec as JSON
+    Column("webhook_secret", String(100)),               # never returned by status calls
+    Column("rows_total", Integer, nullable=False),
+    Column("output_schema", Text, nullable=False),       # storage.manifest.encode_schema of the parts' schema
+    Column("error", Text),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("updated_at", Float, nullable=False),
+)
+
+shards = Table(
+    "barge_shards", metadata,
+    Column("job_id", String(32), ForeignKey("barge_jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("shard_index", Integer, nullable=False),
+    Column("plan", Text, nullable=False),                # storage.plan.ShardPlan as JSON
+    Column("num_rows", Integer, nullable=False),
+    Column("status", Integer, nullable=False),           # jobs.status.ShardStatus
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("token", String(32)),                         # current attempt's fencing token
+    Column("part", Text),                                # storage.write.PartInfo as JSON, once committed
+    Column("rows_succeeded", Integer, nullable=False, default=0),
+    Column("rows_failed", Integer, nullable=False, default=0),
+    Column("error", Text),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("updated_at", Float, nullable=False),
+    PrimaryKeyConstraint("job_id", "shard_index"),
+)
+
+webhook_events = Table(
+    "barge_webhook_events", metadata,
+    Column("id", String(40), primary_key=True),          # webhook-id header ("msg_...")
+    Column("job_id", String(32), ForeignKey("barge_jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("type", String(40), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("body", Text, nullable=False),                # exact bytes that are signed and sent
+    Column("status", String(16), nullable=False),        # pending | delivered | failed
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_at", Float, nullable=False),
+    Column("claimed_until", Float, nullable=False, default=0.0),
+    Column("last_status_code", Integer),
+    Column("last_error", Text),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float),
+    Index("ix_barge_webhook_events_due", "status", "next_attempt_at"),
+)

@@ -1,0 +1,81 @@
+"""The checks a job passes before anything is queued: the model exists, the input
+files are Parquet with the named columns, the output can be written and is not
+already a committed result (unless the job asks to replace it).
+
+Only Parquet footers are read; a refused job costs no GPU time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from jobs.models import ModelRef, resolve_model
+from jobs.spec import JobSpec, JobSpecError
+from storage.errors import InputError, OutputError
+from storage.manifest import encode_schema, is_committed
+from storage.plan import InputInfo, inspect_input
+from storage.schemas import output_schema
+from storage.write import check_writable
+
+ROW_INDEX_FIELD = pa.field("row_index", pa.int64())   # the id column when a job names none
+
+
+@dataclass(frozen=True)
+class CheckedJob:
+    model: ModelRef
+    input: InputInfo
+    output_schema: pa.Schema
+
+
+def check_job(spec: JobSpec) -> CheckedJob:
+    try:
+        model = resolve_model(spec.model)
+    except ValueError as exc:
+        raise JobSpecError("model", str(exc).removeprefix("model: ")) from None
+    columns = {"input_column": spec.input_column}
+    if spec.id_column:
+        columns["id_column"] = spec.id_column
+    try:
+        info = inspect_input(spec.inputs, columns=columns)
+    except InputError as exc:
+        raise JobSpecError(_input_field(str(exc), spec), str(exc)) from None
+    try:
+        check_writable(spec.output)
+        committed = is_committed(spec.output)
+    except (OutputError, OSError, ValueError) as exc:
+        raise JobSpecError("output", str(exc)) from None
+    if committed and spec.if_exists == "error":
+        raise JobSpecError("output", f"{spec.output} already holds a committed result (_SUCCESS); "
+                                     "choose another output or submit with if_exists='replace'")
+    id_field = info.schema.field(spec.id_column) if spec.id_column else ROW_INDEX_FIELD
+    try:
+        schema = output_schema(spec.mode, id_field, dimensions=_dimensions(spec, model))
+    except ValueError as exc:
+        raise JobSpecError("id_column", str(exc)) from None
+    return CheckedJob(model=model, input=info, output_schema=schema)
+
+
+def encoded_schema(checked: CheckedJob) -> str:
+    return encode_schema(checked.output_schema)
+
+
+def _input_field(message: str, spec: JobSpec) -> str:
+    # Name the field the user must change: a missing or mistyped column is that field's.
+    if "(the input_column)" in message:
+        return "input_column"
+    if "(the id_column)" in message:
+        return "id_column"
+    return "input"
+
+
+def _dimensions(spec: JobSpec, model: ModelRef) -> int | None:
+    if spec.mode != "embed":
+        return None
+    hidden_size = json.loads(Path(model.path, "config.json").read_text()).get("hidden_size")
+    dimensions = spec.params.get("dimensions")
+    if dimensions is not None and hidden_size is not None and dimensions > hidden_size:
+        raise JobSpecError("params.dimensions", f"{dimensions} is larger than the model's {hidden_size} dimensions")
+    return dimensions or hidden_size

@@ -1,0 +1,55 @@
+"""The Celery application, configured from `jobs.settings.Settings`.
+
+Tasks are acknowledged late and rejected back to the queue when a worker process is
+lost, so a crash means re-delivery, never loss; Barge's own SQL state (attempt tokens,
+committed shards) turns that at-least-once delivery into exactly-once output.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from jobs.settings import Settings
+from queueing.routing import CONTROL_QUEUE
+
+
+def create_app(settings: Settings) -> Celery:
+    app = Celery("barge", broker=_broker_url(settings), set_as_current=False)
+    app.conf.update(
+        broker_transport_options=_transport_options(settings),
+        broker_connection_retry_on_startup=True,
+        task_default_queue=CONTROL_QUEUE,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        # The filesystem transport has no fanout exchange for remote control.
+        worker_enable_remote_control=not settings.is_embedded_broker,
+        worker_send_task_events=False,
+        imports=("queueing.tasks",),
+    )
+    return app
+
+
+def _broker_url(settings: Settings) -> str:
+    if settings.is_embedded_broker:
+        for folder in ("queue", "control"):
+            (settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)
+    return settings.broker_url
+
+
+def _transport_options(settings: Settings) -> dict:
+    if settings.is_embedded_broker:
+        folder = str(settings.broker_dir / "queue")
+        # control_folder holds the exchange bindings that producers and workers share;
+        # kombu's default is a folder relative to the current directory.
+        return {"data_folder_in": folder, "data_folder_out": folder, "store_processed": False,
+                "control_folder": str(settings.broker_dir / "control"), "polling_interval": 0.2}
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        # Long GPU shards must not be handed to a second worker because Redis thinks the
+        # first one vanished; the lease work (a later issue) replaces this bound.
+        return {"visibility_timeout": 6 * 3600}
+    return {}

@@ -1,0 +1,58 @@
+"""finalize_job: once every shard is finished, commit the output (manifest, then
+_SUCCESS) and record the final state together with its webhook event."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from jobs.status import JobStatus, ShardStatus
+from jobs.events import final_event
+from queueing.dispatch import deliver
+from queueing.runtime import Runtime
+from storage.errors import StorageError
+from storage.manifest import Manifest, commit_output
+from storage.write import PartInfo
+
+log = logging.getLogger("barge.worker")
+
+def finalize_job(runtime: Runtime, job_id: str) -> JobStatus | None:
+    store = runtime.store
+    if not store.begin_finalize(job_id):
+        return None
+    job = store.get_job(job_id)
+    shards = store.list_shards(job_id)
+    failed = [s for s in shards if s.status == ShardStatus.FAILED]
+    if failed:
+        first = failed[0]
+        return finish(runtime, job_id, JobStatus.FAILED,
+                      error=f"{len(failed)} of {len(shards)} shards failed; shard {first.shard_index}: {first.error}")
+    parts = tuple(PartInfo(**s.part) for s in shards)
+    progress = store.progress(job_id)
+    manifest = Manifest(
+        job_id=job_id, mode=job.spec.mode, model=job.spec.model, spec=job.spec.to_dict(), parts=parts,
+        schema=job.output_schema, created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        stats={"rows_total": job.rows_total, "rows_succeeded": progress.rows_succeeded,
+               "rows_failed": progress.rows_failed, "num_shards": len(shards),
+               "seconds": round(time.time() - (job.started_at or job.created_at), 3)})
+    try:
+        commit_output(job.spec.output, manifest)
+    except StorageError as exc:
+        return finish(runtime, job_id, JobStatus.FAILED, error=f"committing the output failed: {exc}")
+    return finish(runtime, job_id, JobStatus.SUCCEEDED)
+
+
+def fail_job(runtime: Runtime, job_id: str, error: str) -> JobStatus | None:
+    return finish(runtime, job_id, JobStatus.FAILED, error=error)
+
+
+def finish(runtime: Runtime, job_id: str, status: JobStatus, *, error: str | None = None) -> JobStatus | None:
+    """Record the final state and its webhook event in one transaction, then try the
+    first delivery at once; the dispatcher retries it if that attempt fails."""
+    event = final_event(runtime.store, job_id, status, error)
+    if not runtime.store.finish_job(job_id, status, error=error, event=event):
+        return None
+    log.info("job %s: %s%s", job_id, status, f" ({error})" if error else "")
+    if event is not None:
+        deliver(runtime, event.id)
+    return status

@@ -1,0 +1,57 @@
+"""`barge worker`: one process that loads its models once and serves their queues.
+
+The pool is `solo`: the task runs in the process that holds the engine, so nothing is
+forked after the model (or CUDA) is initialised, and the engine stays loaded between
+shards. The worker also serves the control queue (planning, finalizing) and runs the
+webhook dispatcher thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from jobs.models import resolve_model
+from jobs.settings import Settings
+from jobs.store import Store
+from queueing.app import create_app
+from queueing.dispatch import Dispatcher
+from queueing.routing import CONTROL_QUEUE, model_queue
+from queueing.runtime import Runtime, attach_runtime
+
+log = logging.getLogger("barge.worker")
+
+
+def serve(models: list[str], *, settings: Settings | None = None, loglevel: str = "INFO",
+          preload_mode: str | None = "embed") -> None:
+    logging.basicConfig(level=loglevel, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = settings or Settings.from_env()
+    store = Store(settings.database_url)
+    store.migrate()
+    app = create_app(settings)
+    runtime = Runtime(settings=settings, store=store, app=app)
+    for name in models:
+        ref = resolve_model(name)
+        runtime.models[ref.key] = ref
+        if preload_mode:
+            runtime.engine_for(ref.key, preload_mode)
+    attach_runtime(app, runtime)
+    queues = [CONTROL_QUEUE] + [model_queue(key) for key in runtime.models]
+    log.info("serving %s on %s", ", ".join(queues), _redact_url(settings.broker_url))
+
+    dispatcher = Dispatcher(runtime, interval_s=float(os.environ.get("BARGE_DISPATCH_INTERVAL_S", "2")))
+    dispatcher.start()
+    try:
+        app.worker_main(["worker", "--pool=solo", "--queues", ",".join(queues),
+                         "--hostname", f"barge-{os.getpid()}@{socket.gethostname()}",
+                         "--without-mingle", "--without-gossip", "--loglevel", loglevel])
+    finally:
+        dispatcher.stop()
+
+
+def _redact_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"

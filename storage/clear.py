@@ -1,0 +1,30 @@
+"""Clearing an output that a job replaces (`if_exists="replace"`).
+
+_SUCCESS goes first, so from the first deletion on no reader takes the folder for a
+committed result; then the manifest, then the part files. Other files are left alone.
+"""
+
+from __future__ import annotations
+
+from storage.errors import OutputError
+from storage.fs import join, redact, resolve
+from storage.manifest import MANIFEST_NAME, SUCCESS_NAME
+
+PART_GLOB = "part-*.parquet"
+
+
+def clear_output(output: str, storage_options: dict | None = None) -> int:
+    """Remove a previous result from `output`; returns how many files went."""
+    fs, path = resolve(output, storage_options)
+    removed = 0
+    try:
+        for name in (SUCCESS_NAME, MANIFEST_NAME):
+            if fs.exists(join(path, name)):
+                fs.rm(join(path, name))
+                removed += 1
+        for part in sorted(fs.glob(join(path, PART_GLOB))):
+            fs.rm(part)
+            removed += 1
+    except OSError as exc:
+        raise OutputError(f"{redact(output)}: cannot clear the previous result ({exc})") from exc
+    return removed
