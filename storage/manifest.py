@@ -38,7 +38,7 @@ class Manifest:
     job_id: str
     mode: str  # "embed" | "generate" | "transcribe"
     model: str
-    spec: dict  # the job's spec, JSON-serialisable
+    spec: dict  # the job's spec, JSON-serialisable; written to the output, so never with credentials in it
     parts: tuple[PartInfo, ...]  # in result order
     schema: str  # encode_schema(output schema); gives the columns even when there are no parts
     stats: dict  # e.g. {"total": ..., "succeeded": ..., "failed": ...}, JSON-serialisable

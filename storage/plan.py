@@ -7,6 +7,7 @@ shards, and a re-delivered shard task reads exactly the same rows again.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from storage.listing import list_input_files
 
 # The role whose column feeds the engine's text: it must hold strings.
 TEXT_ROLE = "input_column"
+MAX_CONCURRENT_FOOTER_READS = 16
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,7 @@ def inspect_input(
     urls = list_input_files(input, storage_options)
     files: list[InputFile] = []
     schema: pa.Schema | None = None
-    for url in urls:
-        metadata = _read_footer(url, storage_options)
+    for url, metadata in zip(urls, _read_footers(urls, storage_options)):
         file_schema = _arrow_schema(url, metadata)
         _check_columns(url, file_schema, columns)
         if schema is None:
@@ -142,6 +143,18 @@ def _split(num_rows: int, max_rows: int) -> list[tuple[int, int]]:
         pieces.append((offset, size))
         offset += size
     return pieces
+
+
+def _read_footers(urls: list[str], storage_options: dict | None) -> list[pq.FileMetaData]:
+    """Footers in `urls` order, fetched concurrently: on S3 each costs a round trip or two.
+
+    The first unreadable file in `urls` order raises; footers not yet fetched are dropped.
+    """
+    pool = ThreadPoolExecutor(max_workers=MAX_CONCURRENT_FOOTER_READS)
+    try:
+        return list(pool.map(lambda url: _read_footer(url, storage_options), urls))
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def _read_footer(url: str, storage_options: dict | None) -> pq.FileMetaData:

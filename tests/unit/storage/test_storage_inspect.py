@@ -136,3 +136,12 @@ def test_empty_file_is_valid_and_yields_no_shards(tmp_path, make_table, write_pa
 
     assert info.files[0].num_rows == 0
     assert [(s.file_index, s.num_rows) for s in shards] == [(1, 3)]
+
+
+def test_with_many_bad_files_the_first_in_order_is_named(tmp_path, make_table, write_parquet, columns):
+    # Footers are fetched concurrently; the error must still be deterministic.
+    write_parquet(tmp_path / "a00.parquet", make_table(1))
+    for index in range(1, 40):
+        (tmp_path / f"a{index:02d}.parquet").write_text("not parquet")
+    with pytest.raises(InputError, match=r"a01\.parquet: not a Parquet file"):
+        inspect_input(str(tmp_path), columns=columns)
