@@ -16,6 +16,7 @@ PART_GLOB = "part-*.parquet"
 def clear_output(output: str, storage_options: dict | None = None) -> int:
     """Remove a previous result from `output`; returns how many files went."""
     fs, path = resolve(output, storage_options)
+    fs.invalidate_cache(path)  # s3fs listings never expire: see what is there now
     removed = 0
     try:
         for name in (SUCCESS_NAME, MANIFEST_NAME):
