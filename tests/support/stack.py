@@ -1,0 +1,107 @@
+"""A real Barge deployment for end-to-end tests: settings for one backend (embedded,
+PostgreSQL + RabbitMQ, PostgreSQL + Redis) and worker processes started with
+`python -m jobs.cli worker`, exactly as a user starts them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+REDIS_URL = "redis://127.0.0.1:6379/9"
+
+BACKENDS = ("embedded", "postgres-rabbitmq", "postgres-redis")
+
+
+@dataclass
+class Stack:
+    backend: str
+    env: dict[str, str]                       # BARGE_* settings for this deployment
+    data_dir: Path
+    workers: list[subprocess.Popen] = field(default_factory=list)
+
+    def client(self):
+        from jobs.client import Client
+        from jobs.settings import Settings
+        return Client(settings=Settings.from_env(self.env))
+
+    def start_worker(self, model: str = "minilm", *, timeout_s: float = 180.0) -> subprocess.Popen:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.data_dir / f"worker-{len(self.workers)}.log"
+        log = open(log_path, "wb")
+        env = {**os.environ, **self.env}
+        process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", model],
+                                   env=env, stdout=log, stderr=subprocess.STDOUT)
+        process.log_path = log_path
+        self.workers.append(process)
+        deadline = time.monotonic() + timeout_s
+        while b" ready." not in log_path.read_bytes():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker did not start:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.2)
+        return process
+
+    def stop_workers(self) -> None:
+        for process in self.workers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.workers:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.workers.clear()
+
+    def worker_logs(self) -> str:
+        return "\n".join(Path(p.log_path).read_text()[-3000:] for p in self.workers)
+
+
+@contextmanager
+def stack(backend: str, data_dir: Path):
+    env = {"BARGE_DATA_DIR": str(data_dir), "BARGE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+           "BARGE_WEBHOOK_RETRY_BASE_S": "0.2", "BARGE_DISPATCH_INTERVAL_S": "0.5"}
+    database = None
+    if backend != "embedded":
+        database = f"barge_test_{uuid.uuid4().hex[:10]}"
+        _admin_sql(f'CREATE DATABASE "{database}"')
+        env["BARGE_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{database}"
+        env["BARGE_BROKER_URL"] = RABBITMQ_URL if backend == "postgres-rabbitmq" else REDIS_URL
+        _purge_queues(env)
+    deployment = Stack(backend=backend, env=env, data_dir=data_dir)
+    try:
+        yield deployment
+    finally:
+        deployment.stop_workers()
+        if backend != "embedded":
+            _purge_queues(env)
+            _admin_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def _admin_sql(statement: str) -> None:
+    import psycopg
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def _purge_queues(env: dict[str, str]) -> None:
+    # A shared broker may hold messages from an earlier, interrupted run.
+    from jobs.settings import Settings
+    from queueing.app import create_app
+    from queueing.routing import CONTROL_QUEUE, model_queue
+    app = create_app(Settings.from_env(env))
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        for queue in (CONTROL_QUEUE, model_queue("all-MiniLM-L6-v2")):
+            try:
+                channel.queue_purge(queue)
+            except Exception:   # the queue does not exist yet: nothing to purge
+                channel = conn.channel()
