@@ -51,8 +51,10 @@ def check_job(spec: JobSpec) -> CheckedJob:
         raise JobSpecError("output", f"{spec.output} already holds a committed result (_SUCCESS); "
                                      "choose another output or submit with if_exists='replace'")
     id_field = info.schema.field(spec.id_column) if spec.id_column else ROW_INDEX_FIELD
+    # Outside the try: a JobSpecError is a ValueError, and its field must not become id_column's.
+    dimensions = _dimensions(spec, model)
     try:
-        schema = output_schema(spec.mode, id_field, dimensions=_dimensions(spec, model))
+        schema = output_schema(spec.mode, id_field, dimensions=dimensions)
     except ValueError as exc:
         raise JobSpecError("id_column", str(exc)) from None
     return CheckedJob(model=model, input=info, output_schema=schema)
@@ -78,4 +80,6 @@ def _dimensions(spec: JobSpec, model: ModelRef) -> int | None:
     dimensions = spec.params.get("dimensions")
     if dimensions is not None and hidden_size is not None and dimensions > hidden_size:
         raise JobSpecError("params.dimensions", f"{dimensions} is larger than the model's {hidden_size} dimensions")
+    if dimensions is None and hidden_size is None:
+        raise JobSpecError("params.dimensions", "the model's config.json has no hidden_size; set params.dimensions")
     return dimensions or hidden_size
