@@ -97,7 +97,9 @@ class JobSpec:
                 raise JobSpecError("webhook_url", str(exc).removeprefix("webhook_url: ")) from None
         if self.if_exists not in IF_EXISTS:
             raise JobSpecError("if_exists", f"{self.if_exists!r} is not one of {', '.join(IF_EXISTS)}")
-        if not isinstance(self.max_rows_per_shard, int) or self.max_rows_per_shard < 1:
+        # bool is an int subclass: True must not pass for 1.
+        if (isinstance(self.max_rows_per_shard, bool) or not isinstance(self.max_rows_per_shard, int)
+                or self.max_rows_per_shard < 1):
             raise JobSpecError("max_rows_per_shard", f"must be a positive integer, got {self.max_rows_per_shard!r}")
         self._validate_params()
 
