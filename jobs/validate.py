@@ -35,11 +35,8 @@ def check_job(spec: JobSpec) -> CheckedJob:
         model = resolve_model(spec.model)
     except ValueError as exc:
         raise JobSpecError("model", str(exc).removeprefix("model: ")) from None
-    columns = {"input_column": spec.input_column}
-    if spec.id_column:
-        columns["id_column"] = spec.id_column
     try:
-        info = inspect_input(spec.inputs, columns=columns)
+        info = inspect_input(spec.inputs, columns=input_columns(spec))
     except InputError as exc:
         raise JobSpecError(_input_field(str(exc), spec), str(exc)) from None
     try:
@@ -58,6 +55,14 @@ def check_job(spec: JobSpec) -> CheckedJob:
     except ValueError as exc:
         raise JobSpecError("id_column", str(exc)) from None
     return CheckedJob(model=model, input=info, output_schema=schema)
+
+
+def input_columns(spec: JobSpec) -> dict[str, str]:
+    """role -> column name, for storage.plan.inspect_input."""
+    columns = {"input_column": spec.input_column}
+    if spec.id_column:
+        columns["id_column"] = spec.id_column
+    return columns
 
 
 def encoded_schema(checked: CheckedJob) -> str:

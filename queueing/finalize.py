@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 from jobs.status import JobStatus, ShardStatus
 from jobs.events import final_event
@@ -15,6 +17,18 @@ from storage.manifest import Manifest, commit_output
 from storage.write import PartInfo
 
 log = logging.getLogger("barge.worker")
+
+
+@contextmanager
+def failing_job_on_error(runtime: Runtime, job_id: str, step: str) -> Iterator[None]:
+    """A crash in planning or finalizing fails the job with the reason, instead of
+    leaving it QUEUED or FINALIZING for ever."""
+    try:
+        yield
+    except Exception as exc:
+        log.exception("job %s: %s failed", job_id, step)
+        fail_job(runtime, job_id, f"{step} failed: {type(exc).__name__}: {exc}")
+
 
 def finalize_job(runtime: Runtime, job_id: str) -> JobStatus | None:
     store = runtime.store

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 
 from jobs.status import JobStatus
+from jobs.validate import input_columns
 from queueing.finalize import fail_job
 from queueing.routing import CONTROL_QUEUE, model_queue
 from queueing.runtime import Runtime
@@ -45,13 +46,6 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
     log.info("job %s: %d rows in %d shards queued on %s", job_id, info.num_rows, len(plans),
              model_queue(job.model_key))
     return len(plans)
-
-
-def input_columns(spec) -> dict[str, str]:
-    columns = {"input_column": spec.input_column}
-    if spec.id_column:
-        columns["id_column"] = spec.id_column
-    return columns
 
 
 def _file_offsets(file_rows: list[int]) -> list[int]:

@@ -12,7 +12,9 @@ from queueing.runtime import runtime_of
 
 @shared_task(name="barge.plan_job", bind=True)
 def plan_job(self, job_id: str) -> None:
-    planning.plan_job(runtime_of(self.app), job_id)
+    runtime = runtime_of(self.app)
+    with finalize.failing_job_on_error(runtime, job_id, "planning"):
+        planning.plan_job(runtime, job_id)
 
 
 @shared_task(name="barge.run_shard", bind=True)
@@ -25,4 +27,6 @@ def run_shard(self, job_id: str, shard_index: int) -> None:
 
 @shared_task(name="barge.finalize_job", bind=True)
 def finalize_job(self, job_id: str) -> None:
-    finalize.finalize_job(runtime_of(self.app), job_id)
+    runtime = runtime_of(self.app)
+    with finalize.failing_job_on_error(runtime, job_id, "finalizing"):
+        finalize.finalize_job(runtime, job_id)

@@ -156,3 +156,23 @@ def test_bad_jobs_are_refused_before_anything_is_queued(tmp_path):
             JobSpec(**dict(base, webhook_url="ftp://example.com/hook"))
         assert client.store.list_jobs() == []
         assert not list((deployment.data_dir / "broker" / "queue").glob("*.msg"))
+
+
+def test_input_gone_before_planning_fails_the_job_with_the_reason(tmp_path):
+    with stack("embedded", tmp_path / "barge") as deployment:
+        corpus = tmp_path / "corpus"
+        write_corpus(corpus, num_files=2, rows_per_file=20)
+        client = deployment.client()
+        with WebhookReceiver() as receiver:
+            job = client.submit(JobSpec(mode="embed", model="minilm", input=str(corpus / "*.parquet"),
+                                        output=str(tmp_path / "out"), webhook_url=receiver.url))
+            for path in corpus.glob("*.parquet"):
+                path.unlink()
+            deployment.start_worker()
+            state = job.wait(timeout=60)
+            headers, body = receiver.wait_for(1, timeout_s=30)[0]
+        assert state.status == JobStatus.FAILED
+        assert "planning failed" in state.error and "*.parquet" in state.error
+        payload = verify(job.webhook_secret, headers, body)
+        assert payload["type"] == "job.failed" and payload["data"]["error"] == state.error
+        assert not (tmp_path / "out" / "_SUCCESS").exists()
