@@ -60,10 +60,10 @@ class Client:
 
     def _send(self, task_name: str, args: list) -> None:
         from queueing.app import create_app
-        from queueing.routing import CONTROL_QUEUE
+        from queueing.routing import CONTROL_QUEUE, queue_name
         if self._app is None:
             self._app = create_app(self.settings)
-        self._app.send_task(task_name, args=args, queue=CONTROL_QUEUE)
+        self._app.send_task(task_name, args=args, queue=queue_name(self.settings.namespace, CONTROL_QUEUE))
 
 
 class Job:

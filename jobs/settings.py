@@ -17,6 +17,7 @@ class Settings:
     data_dir: Path
     database_url: str     # SQLAlchemy URL: sqlite:///... or postgresql+psycopg://...
     broker_url: str       # "filesystem://" (embedded), amqp://..., redis://...
+    namespace: str = "barge"   # prefix of every queue name on the broker
 
     @property
     def is_embedded_broker(self) -> bool:
@@ -35,4 +36,5 @@ class Settings:
         if database_url.startswith("postgresql://"):
             database_url = "postgresql+psycopg://" + database_url.removeprefix("postgresql://")
         broker_url = env.get("BARGE_BROKER_URL") or "filesystem://"
-        return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url)
+        namespace = env.get("BARGE_NAMESPACE") or "barge"
+        return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url, namespace=namespace)

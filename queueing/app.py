@@ -10,7 +10,7 @@ from __future__ import annotations
 from celery import Celery
 
 from jobs.settings import Settings
-from queueing.routing import CONTROL_QUEUE
+from queueing.routing import CONTROL_QUEUE, queue_name
 
 
 def create_app(settings: Settings) -> Celery:
@@ -18,7 +18,7 @@ def create_app(settings: Settings) -> Celery:
     app.conf.update(
         broker_transport_options=_transport_options(settings),
         broker_connection_retry_on_startup=True,
-        task_default_queue=CONTROL_QUEUE,
+        task_default_queue=queue_name(settings.namespace, CONTROL_QUEUE),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_ignore_result=True,

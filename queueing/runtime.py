@@ -11,6 +11,7 @@ from celery import Celery
 from jobs.models import ModelRef
 from jobs.settings import Settings
 from jobs.store import Store
+from queueing.routing import queue_name
 
 log = logging.getLogger("barge.worker")
 
@@ -39,7 +40,8 @@ class Runtime:
             return engine
 
     def send(self, task_name: str, args: list, queue: str) -> None:
-        self.app.send_task(task_name, args=args, queue=queue)
+        """Send a task to a logical queue (queueing.routing) of this deployment."""
+        self.app.send_task(task_name, args=args, queue=queue_name(self.settings.namespace, queue))
 
 
 def attach_runtime(app: Celery, runtime: Runtime) -> None:

@@ -17,7 +17,7 @@ from jobs.settings import Settings
 from jobs.store import Store
 from queueing.app import create_app
 from queueing.dispatch import Dispatcher
-from queueing.routing import CONTROL_QUEUE, model_queue
+from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
 from queueing.runtime import Runtime, attach_runtime
 
 log = logging.getLogger("barge.worker")
@@ -37,7 +37,8 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
         if preload_mode:
             runtime.engine_for(ref.key, preload_mode)
     attach_runtime(app, runtime)
-    queues = [CONTROL_QUEUE] + [model_queue(key) for key in runtime.models]
+    queues = [queue_name(settings.namespace, queue)
+              for queue in [CONTROL_QUEUE] + [model_queue(key) for key in runtime.models]]
     log.info("serving %s on %s", ", ".join(queues), _redact_url(settings.broker_url))
 
     dispatcher = Dispatcher(runtime, interval_s=float(os.environ.get("BARGE_DISPATCH_INTERVAL_S", "2")))

@@ -75,14 +75,16 @@ def stack(backend: str, data_dir: Path):
         _admin_sql(f'CREATE DATABASE "{database}"')
         env["BARGE_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{database}"
         env["BARGE_BROKER_URL"] = RABBITMQ_URL if backend == "postgres-rabbitmq" else REDIS_URL
-        _purge_queues(env)
+        # Its own queues on the shared broker: concurrent test runs never take each
+        # other's messages.
+        env["BARGE_NAMESPACE"] = database
     deployment = Stack(backend=backend, env=env, data_dir=data_dir)
     try:
         yield deployment
     finally:
         deployment.stop_workers()
         if backend != "embedded":
-            _purge_queues(env)
+            _delete_queues(env)
             _admin_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
@@ -92,16 +94,17 @@ def _admin_sql(statement: str) -> None:
         conn.execute(statement)
 
 
-def _purge_queues(env: dict[str, str]) -> None:
-    # A shared broker may hold messages from an earlier, interrupted run.
+def _delete_queues(env: dict[str, str]) -> None:
     from jobs.settings import Settings
     from queueing.app import create_app
-    from queueing.routing import CONTROL_QUEUE, model_queue
-    app = create_app(Settings.from_env(env))
-    with app.connection_for_write() as conn:
-        channel = conn.default_channel
+    from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
+    settings = Settings.from_env(env)
+    with create_app(settings).connection_for_write() as conn:
         for queue in (CONTROL_QUEUE, model_queue("all-MiniLM-L6-v2")):
+            channel = conn.channel()   # a failed delete closes the channel on AMQP
             try:
-                channel.queue_purge(queue)
-            except Exception:   # the queue does not exist yet: nothing to purge
-                channel = conn.channel()
+                channel.queue_delete(queue_name(settings.namespace, queue))
+            except Exception:   # never declared, or already gone
+                pass
+            finally:
+                channel.close()
