@@ -108,3 +108,8 @@ def _delete_queues(env: dict[str, str]) -> None:
                 pass
             finally:
                 channel.close()
+    if settings.broker_url.startswith("redis://"):
+        import redis   # kombu keeps exchange bindings in keys of their own
+        client = redis.Redis.from_url(settings.broker_url)
+        for key in client.scan_iter(f"*{settings.namespace}*"):
+            client.delete(key)
