@@ -3,6 +3,7 @@
     barge submit --mode embed --model minilm --input 'corpus/*.parquet' --output out/
     barge status JOB | wait JOB | cancel JOB | results JOB | jobs
     barge worker --model minilm
+    barge webhooks list | show EVENT | replay EVENT | endpoints | enable URL
     barge demo
 """
 
@@ -15,6 +16,7 @@ import sys
 from jobs.client import Client, JobFailed
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
+from jobs.webhook_admin import add_webhook_commands
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--input-column", default="text")
     submit.add_argument("--id-column")
     submit.add_argument("--webhook-url")
+    submit.add_argument("--webhook-event", action="append", default=[], dest="webhook_events",
+                        help="opt-in event: job.progress or shard.completed (repeatable)")
+    submit.add_argument("--expires-after", type=float, metavar="SECONDS", help="expire the job if unfinished by then")
     submit.add_argument("--param", action="append", default=[], metavar="NAME=JSON", help="e.g. dimensions=256")
     submit.add_argument("--metadata", default="{}", help="JSON object echoed in status and webhooks")
     submit.add_argument("--if-exists", default="error", choices=["error", "replace"])
@@ -71,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--loglevel", default="INFO")
     worker.set_defaults(func=_worker)
 
+    add_webhook_commands(commands)
+
     demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
     demo.add_argument("--rows", type=int, default=10_000)
     demo.add_argument("--model", default="minilm")
@@ -88,7 +95,8 @@ def _submit(args) -> int:
     spec = JobSpec(mode=args.mode, model=args.model, input=args.input if len(args.input) > 1 else args.input[0],
                    output=args.output, input_column=args.input_column, id_column=args.id_column,
                    webhook_url=args.webhook_url, params=params, metadata=json.loads(args.metadata),
-                   if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard)
+                   if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard,
+                   webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after)
     job = Client().submit(spec)
     print(f"job {job.id} queued")
     if job.webhook_secret:

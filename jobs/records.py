@@ -79,13 +79,38 @@ class JobProgress:
 
 @dataclass(frozen=True)
 class WebhookRecord:
-    id: str
+    """One outbox event. Holds no secret: the job's secret is read only to sign."""
+
+    id: str                   # the webhook-id header, the same on every attempt and replay
     job_id: str
     type: str
     url: str
-    body: bytes
-    status: str
-    attempts: int
+    body: bytes               # the exact bytes signed and sent
+    status: str               # pending | delivered | failed | disabled (jobs.outbox)
+    attempts: int             # attempts started over the event's life, replays included
     next_attempt_at: float
     last_status_code: int | None
     last_error: str | None
+    retry_from: int = 0       # `attempts` when last replayed: attempts - retry_from is this series'
+    created_at: float = 0.0
+    delivered_at: float | None = None
+    claimed_until: float = 0.0   # a dispatcher holds it until then
+
+
+@dataclass(frozen=True)
+class WebhookAttempt:
+    event_id: str
+    attempt: int              # 1, 2, ... over the event's life
+    started_at: float
+    finished_at: float | None     # None: the dispatcher died (or is still waiting) mid-attempt
+    status_code: int | None       # None: no HTTP answer (timeout, refused, unsafe destination)
+    latency_s: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class WebhookEndpoint:
+    url: str
+    disabled_at: float | None     # None: enabled again by an operator
+    disabled_reason: str | None   # e.g. "HTTP 410 on event msg_..."
+    updated_at: float

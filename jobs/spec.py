@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhooks.events import OPT_IN_EVENT_TYPES
 from webhooks.safety import validate_webhook_url
 
 MODES = ("embed", "generate", "transcribe")
@@ -66,10 +67,17 @@ class JobSpec:
     """What to do when `output` already holds a committed result: "error" or "replace"."""
     max_rows_per_shard: int = 2048
     """Upper bound on a shard's rows; shards follow Parquet row-group boundaries."""
+    webhook_events: tuple[str, ...] = ()
+    """Opt-in events besides the final one: "job.progress" (every tenth of the shards)
+    and/or "shard.completed" (every shard). Needs `webhook_url`."""
+    expires_after_s: float | None = None
+    """Seconds after submission after which an unfinished job stops and is `expired`."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input, list):
             object.__setattr__(self, "input", tuple(self.input))
+        if isinstance(self.webhook_events, list):
+            object.__setattr__(self, "webhook_events", tuple(self.webhook_events))
         object.__setattr__(self, "params", dict(self.params))
         object.__setattr__(self, "metadata", dict(self.metadata))
         self._validate()
@@ -102,6 +110,20 @@ class JobSpec:
                 or self.max_rows_per_shard < 1):
             raise JobSpecError("max_rows_per_shard", f"must be a positive integer, got {self.max_rows_per_shard!r}")
         self._validate_params()
+        self._validate_webhook_events()
+        if self.expires_after_s is not None and (
+                isinstance(self.expires_after_s, bool) or not isinstance(self.expires_after_s, (int, float))
+                or not self.expires_after_s > 0):
+            raise JobSpecError("expires_after_s", f"must be a positive number of seconds, got {self.expires_after_s!r}")
+
+    def _validate_webhook_events(self) -> None:
+        if not isinstance(self.webhook_events, tuple):
+            raise JobSpecError("webhook_events", f"must be a list of event types, got {self.webhook_events!r}")
+        for name in self.webhook_events:
+            if name not in OPT_IN_EVENT_TYPES:
+                raise JobSpecError("webhook_events", f"{name!r} is not one of {', '.join(OPT_IN_EVENT_TYPES)}")
+        if self.webhook_events and self.webhook_url is None:
+            raise JobSpecError("webhook_events", "needs a webhook_url")
 
     def _validate_params(self) -> None:
         accepted = MODE_PARAMS[self.mode]

@@ -20,6 +20,7 @@ class JobStatus(enum.IntEnum):
     SUCCEEDED = 3    # output committed (_SUCCESS written); final
     FAILED = 4       # a shard failed for good, or planning/finalizing failed; final
     CANCELLED = 5    # cancelled by the user; final
+    EXPIRED = 6      # not finished within spec.expires_after_s of submission; final
 
     @property
     def is_finished(self) -> bool:
@@ -45,12 +46,14 @@ class ShardStatus(enum.IntEnum):
 
 
 JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}),
-    JobStatus.RUNNING: frozenset({JobStatus.FINALIZING, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED}),
+    JobStatus.RUNNING: frozenset({JobStatus.FINALIZING, JobStatus.FAILED, JobStatus.CANCELLED,
+                                  JobStatus.EXPIRED}),
     JobStatus.FINALIZING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED}),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.FAILED: frozenset(),
     JobStatus.CANCELLED: frozenset(),
+    JobStatus.EXPIRED: frozenset(),
 }
 
 SHARD_TRANSITIONS: dict[ShardStatus, frozenset[ShardStatus]] = {

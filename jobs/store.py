@@ -15,14 +15,15 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, create_engine, event, func, select, text, update, insert
 
 from jobs import tables
-from jobs.records import JobProgress, JobRecord, ShardRecord, WebhookRecord
+from jobs.outbox import Outbox, insert_event
+from jobs.records import JobProgress, JobRecord, ShardRecord
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ShardStatus, check_transition
 
@@ -46,6 +47,26 @@ class OutboxEvent:
     body: bytes
 
 
+@dataclass(frozen=True)
+class ShardCommitted:
+    """A shard commit as seen inside its transaction (the job row locked), so the
+    counts are exact even while other shards of the job commit concurrently."""
+
+    job_id: str
+    shard_index: int
+    rows_succeeded: int       # this shard's
+    rows_failed: int
+    part_name: str
+    shards_total: int
+    shards_finished: int      # committed or failed, this one included
+    job_rows_succeeded: int   # over the job's committed shards, this one included
+    job_rows_failed: int
+
+
+# Builds the opt-in webhook events of one commit (jobs.events.shard_events).
+ShardEvents = Callable[[ShardCommitted], list[OutboxEvent]]
+
+
 class Store:
     def __init__(self, url: str):
         self.url = url
@@ -56,6 +77,7 @@ class Store:
             _make_sqlite_transactions_immediate(self.engine)
         else:
             self.engine = create_engine(url, pool_pre_ping=True)
+        self.outbox = Outbox(self.engine)
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision; safe to run from several processes."""
@@ -81,10 +103,11 @@ class Store:
                    webhook_secret: str | None) -> str:
         job_id = uuid.uuid4().hex
         now = time.time()
+        expires_at = now + spec.expires_after_s if spec.expires_after_s is not None else None
         with self.engine.begin() as conn:
             conn.execute(insert(tables.jobs).values(
                 id=job_id, status=int(JobStatus.QUEUED), mode=spec.mode, model_key=model_key,
-                spec=json.dumps(spec.to_dict()), webhook_secret=webhook_secret,
+                spec=json.dumps(spec.to_dict()), webhook_secret=webhook_secret, expires_at=expires_at,
                 rows_total=rows_total, output_schema=output_schema, created_at=now, updated_at=now))
         return job_id
 
@@ -153,15 +176,13 @@ class Store:
             if JobStatus(job.status).is_finished:
                 return False
             self._set_job_status(conn, job, status, error=error, finished_at=now)
-            if status == JobStatus.CANCELLED:
+            if status in (JobStatus.CANCELLED, JobStatus.EXPIRED):
                 shard = tables.shards.c
                 conn.execute(update(tables.shards)
                              .where(shard.job_id == job_id, shard.status.in_([int(ShardStatus.PENDING), int(ShardStatus.RUNNING)]))
                              .values(status=int(ShardStatus.CANCELLED), token=None, updated_at=now))
             if event is not None:
-                conn.execute(insert(tables.webhook_events).values(
-                    id=event.id, job_id=job_id, type=event.type, url=event.url, body=event.body.decode(),
-                    status="pending", attempts=0, next_attempt_at=now, claimed_until=0.0, created_at=now))
+                insert_event(conn, job_id, event, now)
         return True
 
     def _set_job_status(self, conn: Connection, job, target: JobStatus, **values) -> None:
@@ -191,14 +212,15 @@ class Store:
             return ShardClaim(token=token, attempt=shard.attempt + 1, plan=json.loads(shard.plan))
 
     def commit_shard(self, job_id: str, shard_index: int, token: str, *, part: dict,
-                     rows_succeeded: int, rows_failed: int) -> tuple[bool, bool]:
-        """Record the shard's part under its attempt token.
+                     rows_succeeded: int, rows_failed: int, events: ShardEvents | None = None) -> tuple[bool, bool]:
+        """Record the shard's part under its attempt token, and the webhook events that
+        `events` builds for it, in one transaction.
 
         Returns (committed, job_is_ready): committed is False for a stale token (another
         attempt took the shard over); job_is_ready is True for exactly the commit that
         finished the job's last shard."""
-        return self._finish_shard(job_id, shard_index, token, ShardStatus.COMMITTED, part=json.dumps(part),
-                                  rows_succeeded=rows_succeeded, rows_failed=rows_failed)
+        return self._finish_shard(job_id, shard_index, token, ShardStatus.COMMITTED, events=events,
+                                  part=json.dumps(part), rows_succeeded=rows_succeeded, rows_failed=rows_failed)
 
     def fail_shard(self, job_id: str, shard_index: int, token: str, error: str) -> tuple[bool, bool]:
         return self._finish_shard(job_id, shard_index, token, ShardStatus.FAILED, error=error)
@@ -213,15 +235,33 @@ class Store:
         return True
 
     def _finish_shard(self, job_id: str, shard_index: int, token: str, target: ShardStatus,
-                      **values) -> tuple[bool, bool]:
+                      events: ShardEvents | None = None, **values) -> tuple[bool, bool]:
         with self._job_transaction(job_id) as (conn, job):
             shard = self._shard_row(conn, job_id, shard_index)
             if shard.token != token or ShardStatus(shard.status) != ShardStatus.RUNNING:
                 return False, False
             check_transition(ShardStatus(shard.status), target)
-            self._update_shard(conn, job_id, shard_index, status=int(target), finished_at=time.time(), **values)
+            now = time.time()
+            self._update_shard(conn, job_id, shard_index, status=int(target), finished_at=now, **values)
+            if events is not None:
+                for event in events(self._shard_committed(conn, job_id, shard_index)):
+                    insert_event(conn, job_id, event, now)
             is_ready = JobStatus(job.status) == JobStatus.RUNNING and self._num_unfinished(conn, job_id) == 0
         return True, is_ready
+
+    def _shard_committed(self, conn: Connection, job_id: str, shard_index: int) -> ShardCommitted:
+        shard = tables.shards.c
+        finished = [int(s) for s in ShardStatus if s.is_finished and s != ShardStatus.CANCELLED]
+        counts = conn.execute(select(
+            func.count(), func.count().filter(shard.status.in_(finished)),
+            func.sum(shard.rows_succeeded).filter(shard.status == int(ShardStatus.COMMITTED)),
+            func.sum(shard.rows_failed).filter(shard.status == int(ShardStatus.COMMITTED)),
+        ).where(shard.job_id == job_id)).one()
+        row = self._shard_row(conn, job_id, shard_index)
+        return ShardCommitted(job_id=job_id, shard_index=shard_index, rows_succeeded=row.rows_succeeded,
+                              rows_failed=row.rows_failed, part_name=json.loads(row.part)["name"],
+                              shards_total=counts[0], shards_finished=counts[1],
+                              job_rows_succeeded=counts[2] or 0, job_rows_failed=counts[3] or 0)
 
     def _shard_row(self, conn: Connection, job_id: str, shard_index: int):
         shard = tables.shards.c
@@ -240,50 +280,16 @@ class Store:
         unfinished = [int(s) for s in ShardStatus if not s.is_finished]
         return conn.execute(select(func.count()).where(shard.job_id == job_id, shard.status.in_(unfinished))).scalar_one()
 
-    # -- webhook outbox ----------------------------------------------------------------
+    # -- expiry ----------------------------------------------------------------------
 
-    def due_webhooks(self, now: float | None = None, limit: int = 100) -> list[str]:
+    def expired_jobs(self, now: float | None = None) -> list[str]:
+        """Jobs past their `expires_at` that are still QUEUED or RUNNING."""
         now = time.time() if now is None else now
-        event = tables.webhook_events.c
-        query = (select(event.id).where(event.status == "pending", event.next_attempt_at <= now,
-                                        event.claimed_until <= now)
-                 .order_by(event.next_attempt_at).limit(limit))
+        job = tables.jobs.c
+        query = select(job.id).where(job.expires_at <= now,
+                                     job.status.in_([int(JobStatus.QUEUED), int(JobStatus.RUNNING)]))
         with self.engine.connect() as conn:
             return list(conn.execute(query).scalars())
-
-    def claim_webhook(self, event_id: str, lease_s: float = 120.0) -> WebhookRecord | None:
-        """Take a due event for one delivery attempt; None if it is delivered, failed or claimed."""
-        now = time.time()
-        event = tables.webhook_events.c
-        with self.engine.begin() as conn:
-            claimed = conn.execute(update(tables.webhook_events)
-                                   .where(event.id == event_id, event.status == "pending", event.claimed_until <= now)
-                                   .values(claimed_until=now + lease_s)).rowcount
-            if not claimed:
-                return None
-            row = conn.execute(select(tables.webhook_events).where(event.id == event_id)).one()
-        return WebhookRecord(id=row.id, job_id=row.job_id, type=row.type, url=row.url, body=row.body.encode(),
-                             status=row.status, attempts=row.attempts, next_attempt_at=row.next_attempt_at,
-                             last_status_code=row.last_status_code, last_error=row.last_error)
-
-    def record_delivery(self, event_id: str, *, ok: bool, status_code: int | None, error: str | None,
-                        next_attempt_at: float | None) -> None:
-        """Record one attempt: delivered, due again at next_attempt_at, or failed for good (None)."""
-        now = time.time()
-        status = "delivered" if ok else ("pending" if next_attempt_at is not None else "failed")
-        with self.engine.begin() as conn:
-            conn.execute(update(tables.webhook_events).where(tables.webhook_events.c.id == event_id).values(
-                status=status, attempts=tables.webhook_events.c.attempts + 1, last_status_code=status_code,
-                last_error=error, claimed_until=0.0, next_attempt_at=next_attempt_at or now,
-                delivered_at=now if ok else None))
-
-    def webhook_events(self, job_id: str) -> list[WebhookRecord]:
-        event = tables.webhook_events.c
-        with self.engine.connect() as conn:
-            rows = conn.execute(select(tables.webhook_events).where(event.job_id == job_id).order_by(event.created_at)).all()
-        return [WebhookRecord(id=r.id, job_id=r.job_id, type=r.type, url=r.url, body=r.body.encode(), status=r.status,
-                              attempts=r.attempts, next_attempt_at=r.next_attempt_at,
-                              last_status_code=r.last_status_code, last_error=r.last_error) for r in rows]
 
 
 def _ensure_sqlite_dir(url: str) -> None:

@@ -23,6 +23,8 @@ jobs = Table(
     Column("started_at", Float),
     Column("finished_at", Float),
     Column("updated_at", Float, nullable=False),
+    Column("expires_at", Float),                         # created_at + spec.expires_after_s, if set
+    Index("ix_barge_jobs_expires_at", "expires_at"),
 )
 
 shards = Table(
@@ -51,8 +53,9 @@ webhook_events = Table(
     Column("type", String(40), nullable=False),
     Column("url", Text, nullable=False),
     Column("body", Text, nullable=False),                # exact bytes that are signed and sent
-    Column("status", String(16), nullable=False),        # pending | delivered | failed
-    Column("attempts", Integer, nullable=False, default=0),
+    Column("status", String(16), nullable=False),        # pending | delivered | failed | disabled
+    Column("attempts", Integer, nullable=False, default=0),   # attempts started, replays included
+    Column("retry_from", Integer, nullable=False, default=0),  # `attempts` when last replayed
     Column("next_attempt_at", Float, nullable=False),
     Column("claimed_until", Float, nullable=False, default=0.0),
     Column("last_status_code", Integer),
@@ -60,4 +63,24 @@ webhook_events = Table(
     Column("created_at", Float, nullable=False),
     Column("delivered_at", Float),
     Index("ix_barge_webhook_events_due", "status", "next_attempt_at"),
+)
+
+webhook_attempts = Table(
+    "barge_webhook_attempts", metadata,
+    Column("event_id", String(40), ForeignKey("barge_webhook_events.id", ondelete="CASCADE"), nullable=False),
+    Column("attempt", Integer, nullable=False),          # 1, 2, ... over the event's life
+    Column("started_at", Float, nullable=False),         # written when the attempt is claimed
+    Column("finished_at", Float),                        # None: the dispatcher died mid-attempt
+    Column("status_code", Integer),                      # None: no HTTP answer
+    Column("latency_s", Float),
+    Column("error", Text),                               # never contains the secret
+    PrimaryKeyConstraint("event_id", "attempt"),
+)
+
+webhook_endpoints = Table(
+    "barge_webhook_endpoints", metadata,
+    Column("url", Text, primary_key=True),
+    Column("disabled_at", Float),                        # None: enabled (an operator re-enabled it)
+    Column("disabled_reason", Text),
+    Column("updated_at", Float, nullable=False),
 )

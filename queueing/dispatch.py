@@ -3,57 +3,89 @@
 A job's final event is written in the same transaction as its final state. The task
 that finishes the job tries the first delivery at once; every worker also runs a
 `Dispatcher` thread that delivers whatever is due, so a failed attempt, a crashed
-worker or a broker outage delays an event but never loses it.
+worker or a broker outage delays an event but never loses it. The dispatcher also
+expires jobs past their deadline, which writes their `job.expired` event.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
+from collections.abc import Collection
 
+from jobs.events import final_event
+from jobs.status import InvalidTransition, JobStatus
+from jobs.store import Store
 from queueing.runtime import Runtime
-from webhooks.deliver import retry_delay, send
+from webhooks.deliver import DeliveryResult, send
 from webhooks.events import WebhookEvent
+from webhooks.retry import RetryPolicy, next_delay
 from webhooks.safety import allow_hosts_from_env
 
 log = logging.getLogger("barge.webhooks")
 
-MAX_ATTEMPTS = int(os.environ.get("BARGE_WEBHOOK_MAX_ATTEMPTS", "25"))
-RETRY_BASE_S = float(os.environ.get("BARGE_WEBHOOK_RETRY_BASE_S", "5"))
-
 
 def deliver(runtime: Runtime, event_id: str) -> bool | None:
+    """One delivery attempt with the policy from the environment (see deliver_event)."""
+    return deliver_event(runtime.store, event_id, RetryPolicy.from_env(), allow_hosts=allow_hosts_from_env())
+
+
+def deliver_event(store: Store, event_id: str, policy: RetryPolicy, *,
+                  allow_hosts: Collection[str] = ()) -> bool | None:
     """One delivery attempt; True delivered, False not (yet), None not claimable."""
-    store = runtime.store
-    record = store.claim_webhook(event_id)
+    record = store.outbox.claim(event_id, lease_s=policy.lease_s)
     if record is None:
         return None
-    secret = store.webhook_secret(record.job_id)
     payload = json.loads(record.body)
     event = WebhookEvent(event_id=record.id, type=record.type, job_id=record.job_id,
                          created_at=payload["timestamp"], data=payload["data"])
-    result = send(record.url, event, secret, allow_hosts=allow_hosts_from_env())
-    attempt = record.attempts + 1
-    next_attempt_at = None
-    if not result.ok and not result.is_permanent and attempt < MAX_ATTEMPTS:
-        next_attempt_at = time.time() + retry_delay(attempt, base_s=RETRY_BASE_S,
-                                                    retry_after_s=result.retry_after_s)
-    store.record_delivery(event_id, ok=result.ok, status_code=result.status_code, error=result.error,
-                          next_attempt_at=next_attempt_at)
-    if result.ok:
-        log.info("webhook %s (%s, job %s) delivered: HTTP %s", event_id, record.type, record.job_id,
-                 result.status_code)
-    else:
-        log.warning("webhook %s attempt %d failed: %s%s", event_id, attempt, result.error,
-                    "" if next_attempt_at else "; giving up")
+    result = send(record.url, event, store.webhook_secret(record.job_id) or "", timeout_s=policy.read_timeout_s,
+                  connect_timeout_s=policy.connect_timeout_s, allow_hosts=allow_hosts)
+    attempt_in_series = record.attempts - record.retry_from
+    delay = None if result.ok else next_delay(policy, attempt_in_series, status_code=result.status_code,
+                                              retry_after_s=result.retry_after_s,
+                                              is_permanent=result.is_permanent)
+    store.outbox.record(event_id, record.attempts, ok=result.ok, status_code=result.status_code,
+                        error=result.error, latency_s=result.latency_s,
+                        next_attempt_at=None if delay is None else time.time() + delay,
+                        disable_endpoint=result.status_code == 410)
+    _log_attempt(record.id, record.type, record.job_id, record.attempts, result, delay)
     return result.ok
 
 
+def _log_attempt(event_id: str, event_type: str, job_id: str, attempt: int, result: DeliveryResult,
+                 delay: float | None) -> None:
+    # Never the URL's query string nor the secret: only ids, status and the redacted error.
+    if result.ok:
+        log.info("webhook %s (%s, job %s) delivered: HTTP %s", event_id, event_type, job_id, result.status_code)
+    elif result.status_code == 410:
+        log.warning("webhook %s: HTTP 410 Gone; its endpoint is disabled until re-enabled", event_id)
+    else:
+        log.warning("webhook %s attempt %d failed: %s; %s", event_id, attempt, result.error,
+                    "giving up" if delay is None else f"next attempt in {delay:.1f}s")
+
+
+def expire_jobs(store: Store) -> list[str]:
+    """Move every job past its deadline to EXPIRED, each with its job.expired event."""
+    expired = []
+    for job_id in store.expired_jobs():
+        job = store.get_job(job_id)
+        error = f"not finished within expires_after_s={job.spec.expires_after_s:g}"
+        try:
+            is_expired = store.finish_job(job_id, JobStatus.EXPIRED, error=error,
+                                          event=final_event(store, job_id, JobStatus.EXPIRED, error))
+        except InvalidTransition:   # it began finalizing meanwhile: let it finish
+            continue
+        if is_expired:
+            log.info("job %s: expired", job_id)
+            expired.append(job_id)
+    return expired
+
+
 class Dispatcher(threading.Thread):
-    """Delivers due outbox events every `interval_s` until stopped."""
+    """Expires overdue jobs and delivers due outbox events every `interval_s` until stopped."""
 
     def __init__(self, runtime: Runtime, interval_s: float = 2.0):
         super().__init__(name="barge-webhook-dispatcher", daemon=True)
@@ -64,8 +96,11 @@ class Dispatcher(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
             try:
-                for event_id in self.runtime.store.due_webhooks():
-                    deliver(self.runtime, event_id)
+                store = self.runtime.store
+                expire_jobs(store)
+                policy, allow_hosts = RetryPolicy.from_env(), allow_hosts_from_env()
+                for event_id in store.outbox.due():
+                    deliver_event(store, event_id, policy, allow_hosts=allow_hosts)
             except Exception:   # a database blip must not kill the thread
                 log.exception("webhook dispatcher pass failed")
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from jobs.events import shard_events
 from jobs.records import JobRecord
 from jobs.store import ShardClaim
 from queueing.results import build_table
@@ -47,7 +48,7 @@ def run_shard(runtime: Runtime, job_id: str, shard_index: int) -> ShardOutcome:
     rows_failed = sum(out.error is not None for out in outputs)
     is_committed, job_is_ready = store.commit_shard(
         job_id, shard_index, claim.token, part=dataclasses.asdict(part),
-        rows_succeeded=len(outputs) - rows_failed, rows_failed=rows_failed)
+        rows_succeeded=len(outputs) - rows_failed, rows_failed=rows_failed, events=shard_events(job))
     if not is_committed:
         log.warning("job %s shard %d: attempt %d lost its claim; its part is not committed",
                     job_id, shard_index, claim.attempt)

@@ -1,28 +1,26 @@
-"""Send one signed webhook and describe what happened; plus the pure retry policy.
+"""Send one signed webhook and describe what happened.
 
 ``send`` is the edge with side effects: it never raises for network trouble and
 reports everything in a DeliveryResult, so the delivery task only has to record it and
-decide on a retry with ``retry_delay``.
+decide on a retry with ``webhooks.retry.next_delay``.
 """
 
 from __future__ import annotations
 
 import http.client
-import random
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 
 from webhooks import signing
-from webhooks.connection import build_opener
+from webhooks.connection import ConnectTimeout, build_opener
 from webhooks.events import WebhookEvent
+from webhooks.retry import parse_retry_after, retry_delay  # noqa: F401  (retry_delay: re-exported)
 from webhooks.safety import UnsafeDestinationError, checked_addresses
 
 USER_AGENT = "Barge-Webhooks/1"
-MAX_BACKOFF_EXPONENT = 62  # keeps base_s * 2**n a finite float for any attempt number
 
 
 @dataclass(frozen=True)
@@ -43,13 +41,16 @@ def send(
     secret: str,
     *,
     timeout_s: float = 10.0,
+    connect_timeout_s: float | None = None,
     allow_hosts: Collection[str] = (),
     now: int | None = None,
 ) -> DeliveryResult:
     """POST the event's body with Standard Webhooks headers: check → sign → post.
 
     The connection goes only to the addresses the destination check approved (see
-    webhooks.connection), never through a proxy, and never follows a redirect.
+    webhooks.connection), never through a proxy, and never follows a redirect: a 3xx
+    is a failed attempt, so a redirect can never lead to an unchecked address.
+    ``timeout_s`` bounds each read; ``connect_timeout_s`` (default: ``timeout_s``) connecting.
     """
     started = time.monotonic()
 
@@ -79,7 +80,8 @@ def send(
     for name, value in {**signed_headers, "user-agent": USER_AGENT}.items():
         request.add_header(name, value)
     try:
-        with build_opener(addresses).open(request, timeout=timeout_s) as response:
+        opener = build_opener(addresses, connect_timeout_s=connect_timeout_s)
+        with opener.open(request, timeout=timeout_s) as response:
             return result(ok=True, status_code=response.status, error=None)
     except urllib.error.HTTPError as exc:
         with exc:
@@ -91,47 +93,15 @@ def send(
                 is_permanent=exc.code == 410,
             )
     except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectTimeout):
+            return result(ok=False, error=f"timeout: {exc.reason}")
+        if isinstance(exc.reason, TimeoutError):
+            return result(ok=False, error=f"timeout: sending timed out after {timeout_s}s")
         return result(ok=False, error=f"request failed: {_describe(exc.reason)}")
+    except TimeoutError:
+        return result(ok=False, error=f"timeout: read timed out after {timeout_s}s")
     except (OSError, http.client.HTTPException) as exc:
         return result(ok=False, error=f"request failed: {_describe(exc)}")
-
-
-def retry_delay(
-    attempt: int,
-    *,
-    base_s: float = 5.0,
-    cap_s: float = 3600.0,
-    retry_after_s: float | None = None,
-    rng: Callable[[], float] = random.random,
-) -> float:
-    """Seconds to wait after failed attempt number ``attempt`` (1 for the first).
-
-    Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**(attempt-1))).
-    A receiver's Retry-After wins over the backoff, still clamped to ``cap_s`` so one
-    receiver cannot park a delivery for days.
-    """
-    if attempt < 1:
-        raise ValueError(f"attempt: must be >= 1, got {attempt}")
-    if retry_after_s is not None:
-        return min(max(float(retry_after_s), 0.0), cap_s)
-    ceiling = min(cap_s, base_s * 2.0 ** min(attempt - 1, MAX_BACKOFF_EXPONENT))
-    return rng() * ceiling
-
-
-def parse_retry_after(value: str | None, *, now: float) -> float | None:
-    """Retry-After as seconds from ``now``: delta-seconds or an HTTP-date; None if absent/bad."""
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(when.timestamp() - now, 0.0)
 
 
 def _http_error_text(status_code: int, reason: str) -> str:

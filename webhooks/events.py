@@ -7,7 +7,10 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-EVENT_TYPES = ("job.succeeded", "job.failed", "job.cancelled")
+FINAL_EVENT_TYPES = ("job.succeeded", "job.failed", "job.cancelled", "job.expired")
+# Sent only to jobs that ask for them (JobSpec.webhook_events): they are many per job.
+OPT_IN_EVENT_TYPES = ("job.progress", "shard.completed")
+EVENT_TYPES = FINAL_EVENT_TYPES + OPT_IN_EVENT_TYPES
 PAYLOAD_VERSION = 1
 
 
@@ -65,8 +68,8 @@ def job_event(
     timings: dict | None,
 ) -> WebhookEvent:
     """Build the event for a job that reached a final state."""
-    if type not in EVENT_TYPES:
-        raise ValueError(f"type: {type!r} is not one of {EVENT_TYPES}")
+    if type not in FINAL_EVENT_TYPES:
+        raise ValueError(f"type: {type!r} is not one of {FINAL_EVENT_TYPES}")
     data = {
         "job_id": job_id,
         "status": status,
@@ -77,6 +80,37 @@ def job_event(
         "metadata": dict(metadata or {}),
         "timings": dict(timings or {}),
     }
-    return WebhookEvent(
-        event_id=new_event_id(), type=type, job_id=job_id, created_at=utc_now_iso(), data=data
-    )
+    return _new_event(type, job_id, data)
+
+
+def shard_event(
+    *, job_id: str, shard_index: int, rows_succeeded: int, rows_failed: int, part: str, metadata: dict | None
+) -> WebhookEvent:
+    """``shard.completed``: one shard's part file is committed."""
+    data = {
+        "job_id": job_id,
+        "shard_index": shard_index,
+        "rows": {"total": rows_succeeded + rows_failed, "succeeded": rows_succeeded, "failed": rows_failed},
+        "part": part,
+        "metadata": dict(metadata or {}),
+    }
+    return _new_event("shard.completed", job_id, data)
+
+
+def progress_event(
+    *, job_id: str, rows_total: int, rows_succeeded: int, rows_failed: int, shards_total: int,
+    shards_finished: int, metadata: dict | None,
+) -> WebhookEvent:
+    """``job.progress``: the job's counts as of one more finished shard."""
+    data = {
+        "job_id": job_id,
+        "status": "running",
+        "rows": {"total": rows_total, "succeeded": rows_succeeded, "failed": rows_failed},
+        "shards": {"total": shards_total, "finished": shards_finished},
+        "metadata": dict(metadata or {}),
+    }
+    return _new_event("job.progress", job_id, data)
+
+
+def _new_event(type: str, job_id: str, data: dict) -> WebhookEvent:
+    return WebhookEvent(event_id=new_event_id(), type=type, job_id=job_id, created_at=utc_now_iso(), data=data)

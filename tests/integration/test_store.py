@@ -119,7 +119,7 @@ def test_migrate_twice_is_idempotent(store, store_url):
     again = Store(store_url)
     again.migrate()
     with store.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == ["0001"]
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == ["0002"]
     assert len(again.list_jobs()) == 1   # nothing dropped or recreated
     again.engine.dispose()
 
@@ -269,7 +269,7 @@ def test_finish_job_writes_the_outbox_row_with_the_state(store):
     assert store.finish_job(job_id, JobStatus.SUCCEEDED, event=event)
     job = store.get_job(job_id)
     assert job.status == JobStatus.SUCCEEDED and job.finished_at >= job.started_at
-    [row] = store.webhook_events(job_id)
+    [row] = store.outbox.events(job_id)
     assert (row.id, row.type, row.url, row.body) == (event.id, "job.succeeded", event.url, event.body)
     assert (row.status, row.attempts, row.last_status_code, row.last_error) == ("pending", 0, None, None)
     data = json.loads(row.body)["data"]
@@ -280,7 +280,7 @@ def test_finish_job_writes_the_outbox_row_with_the_state(store):
     # A second final state is refused and writes nothing.
     assert not store.finish_job(job_id, JobStatus.FAILED, error="late", event=outbox_event(job_id))
     assert store.get_job(job_id).status == JobStatus.SUCCEEDED and store.get_job(job_id).error is None
-    assert len(store.webhook_events(job_id)) == 1
+    assert len(store.outbox.events(job_id)) == 1
 
 
 def test_no_webhook_url_no_event(store):
@@ -304,7 +304,7 @@ def test_finish_job_refuses_a_transition_the_state_machine_forbids(store):
     with pytest.raises(InvalidTransition):
         store.finish_job(job_id, JobStatus.SUCCEEDED, event=outbox_event(job_id))   # queued -> succeeded
     assert store.get_job(job_id).status == JobStatus.QUEUED
-    assert store.webhook_events(job_id) == []
+    assert store.outbox.events(job_id) == []
     assert store.finish_job(job_id, JobStatus.FAILED, error="no input files")
     assert store.get_job(job_id).error == "no input files"
 
@@ -322,8 +322,8 @@ def test_cancel_stops_pending_and_running_shards(store):
     assert store.claim_shard(job_id, 2) is None
     assert not store.begin_finalize(job_id)
     assert not store.finish_job(job_id, JobStatus.CANCELLED)
-    assert [e.type for e in store.webhook_events(job_id)] == ["job.cancelled"]
-    assert json.loads(store.webhook_events(job_id)[0].body)["data"]["output"] is None
+    assert [e.type for e in store.outbox.events(job_id)] == ["job.cancelled"]
+    assert json.loads(store.outbox.events(job_id)[0].body)["data"]["output"] is None
 
 
 def test_cancel_a_queued_job(store):
@@ -368,51 +368,139 @@ def queued_event(store):
 
 
 def test_an_event_is_due_and_claimed_once(store, queued_event):
-    assert store.due_webhooks() == [queued_event.id]
-    record = store.claim_webhook(queued_event.id)
+    assert store.outbox.due() == [queued_event.id]
+    record = store.outbox.claim(queued_event.id)
     assert (record.id, record.body, record.status, record.attempts) == (queued_event.id, queued_event.body,
-                                                                        "pending", 0)
-    assert store.claim_webhook(queued_event.id) is None          # another dispatcher
-    assert store.due_webhooks() == []
-    assert store.due_webhooks(now=time.time() + 300) == [queued_event.id]   # the lease ran out
+                                                                        "pending", 1)
+    assert store.outbox.claim(queued_event.id) is None          # another dispatcher
+    assert store.outbox.due() == []
+    assert store.outbox.due(now=time.time() + 300) == [queued_event.id]   # the lease ran out
+    [attempt] = store.outbox.attempts(queued_event.id)
+    assert (attempt.attempt, attempt.finished_at, attempt.status_code) == (1, None, None)
 
 
 def test_an_expired_lease_can_be_claimed_again(store, queued_event):
-    assert store.claim_webhook(queued_event.id, lease_s=0.0) is not None
-    assert store.claim_webhook(queued_event.id) is not None
+    assert store.outbox.claim(queued_event.id, lease_s=0.0) is not None
+    assert store.outbox.claim(queued_event.id).attempts == 2
+    assert [a.attempt for a in store.outbox.attempts(queued_event.id)] == [1, 2]
 
 
 def test_a_delivered_event_is_done(store, queued_event):
-    store.claim_webhook(queued_event.id)
-    store.record_delivery(queued_event.id, ok=True, status_code=204, error=None, next_attempt_at=None)
-    [row] = store.webhook_events(store.list_jobs()[0].id)
+    record = store.outbox.claim(queued_event.id)
+    store.outbox.record(queued_event.id, record.attempts, ok=True, status_code=204, error=None, latency_s=0.05,
+                        next_attempt_at=None)
+    [row] = store.outbox.events(store.list_jobs()[0].id)
     assert (row.status, row.attempts, row.last_status_code, row.last_error) == ("delivered", 1, 204, None)
-    assert store.due_webhooks(now=time.time() + 10_000) == []
-    assert store.claim_webhook(queued_event.id) is None
+    assert row.delivered_at is not None
+    [attempt] = store.outbox.attempts(queued_event.id)
+    assert (attempt.status_code, attempt.latency_s, attempt.error) == (204, 0.05, None)
+    assert attempt.finished_at >= attempt.started_at
+    assert store.outbox.due(now=time.time() + 10_000) == []
+    assert store.outbox.claim(queued_event.id) is None
 
 
 def test_a_failed_attempt_is_due_again_later(store, queued_event):
-    store.claim_webhook(queued_event.id)
+    store.outbox.claim(queued_event.id)
     retry_at = time.time() + 60
-    store.record_delivery(queued_event.id, ok=False, status_code=503, error="HTTP 503", next_attempt_at=retry_at)
-    [row] = store.webhook_events(store.list_jobs()[0].id)
+    store.outbox.record(queued_event.id, 1, ok=False, status_code=503, error="HTTP 503", latency_s=0.1,
+                        next_attempt_at=retry_at)
+    [row] = store.outbox.events(store.list_jobs()[0].id)
     assert (row.status, row.attempts, row.last_status_code, row.last_error) == ("pending", 1, 503, "HTTP 503")
     assert row.next_attempt_at == pytest.approx(retry_at)
-    assert store.due_webhooks() == []
-    assert store.due_webhooks(now=retry_at) == [queued_event.id]
-    store.record_delivery(queued_event.id, ok=False, status_code=None, error="timed out",
-                          next_attempt_at=time.time())
-    assert store.due_webhooks() == [queued_event.id]
-    assert store.claim_webhook(queued_event.id).attempts == 2
+    assert store.outbox.due() == []
+    assert store.outbox.due(now=retry_at) == [queued_event.id]
+    assert store.outbox.claim(queued_event.id) is None            # not due yet
+    store.outbox.record(queued_event.id, 1, ok=False, status_code=None, error="timed out", latency_s=1.0,
+                        next_attempt_at=time.time())
+    assert store.outbox.due() == [queued_event.id]
+    assert store.outbox.claim(queued_event.id).attempts == 2
+
+
+def test_a_stale_attempt_does_not_move_the_event(store, queued_event):
+    # Given attempt 1 outlived its lease and attempt 2 took the event over,
+    store.outbox.claim(queued_event.id, lease_s=0.0)
+    store.outbox.claim(queued_event.id)
+    # when attempt 1 finally records a failure, then only its own attempt row changes.
+    store.outbox.record(queued_event.id, 1, ok=False, status_code=500, error="HTTP 500", latency_s=9.0,
+                        next_attempt_at=None)
+    assert store.outbox.event(queued_event.id).status == "pending"
+    store.outbox.record(queued_event.id, 2, ok=True, status_code=200, error=None, latency_s=0.1,
+                        next_attempt_at=None)
+    assert store.outbox.event(queued_event.id).status == "delivered"
+    assert [a.status_code for a in store.outbox.attempts(queued_event.id)] == [500, 200]
 
 
 def test_an_exhausted_event_fails_for_good(store, queued_event):
-    store.claim_webhook(queued_event.id)
-    store.record_delivery(queued_event.id, ok=False, status_code=500, error="HTTP 500", next_attempt_at=None)
-    [row] = store.webhook_events(store.list_jobs()[0].id)
+    store.outbox.claim(queued_event.id)
+    store.outbox.record(queued_event.id, 1, ok=False, status_code=500, error="HTTP 500", latency_s=0.1,
+                        next_attempt_at=None)
+    [row] = store.outbox.events(store.list_jobs()[0].id)
     assert (row.status, row.attempts, row.last_status_code) == ("failed", 1, 500)
-    assert store.due_webhooks(now=time.time() + 10_000) == []
-    assert store.claim_webhook(queued_event.id) is None
+    assert store.outbox.due(now=time.time() + 10_000) == []
+    assert store.outbox.claim(queued_event.id) is None
+
+
+def test_replay_makes_a_finished_event_due_with_a_fresh_budget(store, queued_event):
+    store.outbox.claim(queued_event.id)
+    store.outbox.record(queued_event.id, 1, ok=True, status_code=200, error=None, latency_s=0.1,
+                        next_attempt_at=None)
+    replayed = store.outbox.replay(queued_event.id)
+    assert (replayed.status, replayed.attempts, replayed.retry_from, replayed.delivered_at) == ("pending", 1, 1, None)
+    assert store.outbox.due() == [queued_event.id]
+    assert store.outbox.claim(queued_event.id).attempts == 2
+    with pytest.raises(ValueError, match="being delivered"):
+        store.outbox.replay(queued_event.id)      # in flight
+    with pytest.raises(KeyError):
+        store.outbox.replay("msg_nope")
+
+
+def test_410_disables_the_endpoint_and_holds_later_events(store, queued_event):
+    store.outbox.claim(queued_event.id)
+    store.outbox.record(queued_event.id, 1, ok=False, status_code=410, error="HTTP 410 Gone", latency_s=0.1,
+                        next_attempt_at=None, disable_endpoint=True)
+    [endpoint] = store.outbox.endpoints()
+    assert endpoint.url == queued_event.url and endpoint.disabled_at and queued_event.id in endpoint.disabled_reason
+    later_job_id = running_job(store, num_shards=1)
+    later = outbox_event(later_job_id)
+    store.finish_job(later_job_id, JobStatus.FAILED, event=later)
+    assert store.outbox.claim(later.id) is None
+    assert store.outbox.event(later.id).status == "disabled"
+    assert store.outbox.attempts(later.id) == []
+    assert store.outbox.enable_endpoint(queued_event.url) == 1
+    assert store.outbox.endpoints()[0].disabled_at is None
+    assert store.outbox.claim(later.id).attempts == 1
+
+
+def test_shard_commit_writes_its_events_in_the_same_transaction(store):
+    job_id = running_job(store, num_shards=3)
+    seen = []
+
+    def events(commit):
+        seen.append(commit)
+        return [outbox_event(job_id)]
+
+    token = store.claim_shard(job_id, 1).token
+    assert commit(store, job_id, 1, token, rows_failed=2) == (True, False)   # no events asked for
+    store.commit_shard(job_id, 1, token, part=part(1), rows_succeeded=10, rows_failed=0, events=events)  # stale
+    token = store.claim_shard(job_id, 0).token
+    store.commit_shard(job_id, 0, token, part=part(0), rows_succeeded=9, rows_failed=1, events=events)
+    [committed] = seen
+    assert (committed.shard_index, committed.rows_succeeded, committed.rows_failed) == (0, 9, 1)
+    assert (committed.shards_total, committed.shards_finished) == (3, 2)
+    assert (committed.job_rows_succeeded, committed.job_rows_failed) == (17, 3)
+    assert committed.part_name == part(0)["name"]
+    assert len(store.outbox.events(job_id)) == 1
+
+
+def test_a_job_past_its_deadline_is_listed_as_expired(store):
+    job_id = new_job(store, expires_after_s=60)
+    assert store.expired_jobs() == []
+    assert store.expired_jobs(now=time.time() + 61) == [job_id]
+    assert store.start_job(job_id, make_plans(2))
+    assert store.expired_jobs(now=time.time() + 61) == [job_id]
+    assert store.finish_job(job_id, JobStatus.EXPIRED, error="late")
+    assert store.expired_jobs(now=time.time() + 61) == []
+    assert shard_statuses(store, job_id) == [ShardStatus.CANCELLED, ShardStatus.CANCELLED]
 
 
 def test_due_webhooks_oldest_first_and_limited(store):
@@ -422,8 +510,8 @@ def test_due_webhooks_oldest_first_and_limited(store):
         event = outbox_event(job_id)
         store.finish_job(job_id, JobStatus.FAILED, event=event)
         event_ids.append(event.id)
-    assert store.due_webhooks() == event_ids
-    assert store.due_webhooks(limit=2) == event_ids[:2]
+    assert store.outbox.due() == event_ids
+    assert store.outbox.due(limit=2) == event_ids[:2]
 
 
 # --- concurrency ----------------------------------------------------------------------

@@ -4,8 +4,11 @@
         ...deliver to receiver.url twice...
         (headers, body), = receiver.wait_for(1)
 
-Each answer is a status code, or (status code, extra headers) to send e.g. Retry-After.
+Each answer is a status code, (status code, extra headers) to send e.g. Retry-After,
+or an Answer, which can also be slow (delay_s) or held until the test releases it.
 Answers are used in order; once they run out the receiver answers ``default_status``.
+A receiver can listen on another loopback address (host="127.0.0.2") or on a given
+port (to come up where a delivery was already failing).
 """
 
 from __future__ import annotations
@@ -13,18 +16,31 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-Response = int | tuple[int, dict[str, str]]
+
+@dataclass(frozen=True)
+class Answer:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0  # sleep this long before answering (a slow receiver)
+    hold: threading.Event | None = None  # answer only once this is set (or after 30 s)
+
+
+Response = int | tuple[int, dict[str, str]] | Answer
 
 
 class WebhookReceiver:
     def __init__(
-        self, responses: Iterable[Response] = (), *, default_status: int = 200, path: str = "/hook"
+        self, responses: Iterable[Response] = (), *, default_status: int = 200, path: str = "/hook",
+        host: str = "127.0.0.1", port: int = 0,
     ) -> None:
         self.responses: list[Response] = list(responses)  # answers still to give, in order
         self.default_status = default_status
         self.path = path
+        self.host = host
+        self.requested_port = port
         self.requests: list[tuple[dict[str, str], bytes]] = []  # (headers, body) per request
         self.paths: list[str] = []  # request path per request, same order as requests
         self._lock = threading.Condition()
@@ -39,10 +55,10 @@ class WebhookReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.path}"
+        return f"http://{self.host}:{self.port}{self.path}"
 
     def start(self) -> WebhookReceiver:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer((self.host, self.requested_port), self._handler_class())
         self._server.daemon_threads = True
         # A short poll interval keeps stop() (and so each test) fast.
         self._thread = threading.Thread(
@@ -77,13 +93,15 @@ class WebhookReceiver:
                 self._lock.wait(remaining)
             return list(self.requests)
 
-    def _record(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str]]:
+    def _record(self, path: str, headers: dict[str, str], body: bytes) -> Answer:
         with self._lock:
             self.requests.append((headers, body))
             self.paths.append(path)
             self._lock.notify_all()
             answer = self.responses.pop(0) if self.responses else self.default_status
-        return answer if isinstance(answer, tuple) else (answer, {})
+        if isinstance(answer, Answer):
+            return answer
+        return Answer(*answer) if isinstance(answer, tuple) else Answer(answer)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -95,12 +113,18 @@ class WebhookReceiver:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 headers = {name.lower(): value for name, value in self.headers.items()}
-                status, extra_headers = receiver._record(self.path, headers, body)
-                self.send_response(status)
-                for name, value in extra_headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                answer = receiver._record(self.path, headers, body)
+                if answer.hold is not None:
+                    answer.hold.wait(30)
+                time.sleep(answer.delay_s)
+                try:
+                    self.send_response(answer.status)
+                    for name, value in answer.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # the sender gave up (timed out, or was killed) meanwhile
 
             def log_message(self, format: str, *args) -> None:
                 pass  # keep test output quiet

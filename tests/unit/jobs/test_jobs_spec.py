@@ -69,6 +69,15 @@ def test_a_minimal_spec_gets_the_defaults():
     (dict(params={"normalize": 1}), "params.normalize", "a boolean"),
     (dict(params={"normalize": "yes"}), "params.normalize", "a boolean"),
     (dict(params={"normalize": None}), "params.normalize", "a boolean"),
+    # opt-in webhook events, expiry
+    (dict(webhook_url="https://example.com/h", webhook_events=("job.succeeded",)), "webhook_events",
+     "'job.succeeded' is not one of job.progress, shard.completed"),
+    (dict(webhook_url="https://example.com/h", webhook_events="job.progress"), "webhook_events", "a list"),
+    (dict(webhook_events=("shard.completed",)), "webhook_events", "needs a webhook_url"),
+    (dict(expires_after_s=0), "expires_after_s", "positive"),
+    (dict(expires_after_s=-1.0), "expires_after_s", "positive"),
+    (dict(expires_after_s="60"), "expires_after_s", "positive"),
+    (dict(expires_after_s=True), "expires_after_s", "positive"),
 ])
 def test_a_bad_spec_is_refused_naming_the_field(changes, field, words):
     with pytest.raises(JobSpecError) as caught:
@@ -142,6 +151,8 @@ def test_a_spec_is_frozen():
     dict(id_column="doc_id", input_column="body", webhook_url="https://example.com/h",
          params={"dimensions": 128, "normalize": False}, metadata={"night": "2026-12-01", "tags": ["a"]},
          if_exists="replace", max_rows_per_shard=7),
+    dict(webhook_url="https://example.com/h", webhook_events=["job.progress", "shard.completed"],
+         expires_after_s=3600),
 ])
 def test_to_dict_from_dict_roundtrip(changes):
     job = spec(**changes)

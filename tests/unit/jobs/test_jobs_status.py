@@ -12,9 +12,9 @@ from jobs.status import (JOB_TRANSITIONS, SHARD_TRANSITIONS, InvalidTransition, 
 # The allowed transitions, written out here independently of the module's tables.
 ALLOWED_JOB = {
     (JobStatus.QUEUED, JobStatus.RUNNING), (JobStatus.QUEUED, JobStatus.FAILED),
-    (JobStatus.QUEUED, JobStatus.CANCELLED),
+    (JobStatus.QUEUED, JobStatus.CANCELLED), (JobStatus.QUEUED, JobStatus.EXPIRED),
     (JobStatus.RUNNING, JobStatus.FINALIZING), (JobStatus.RUNNING, JobStatus.FAILED),
-    (JobStatus.RUNNING, JobStatus.CANCELLED),
+    (JobStatus.RUNNING, JobStatus.CANCELLED), (JobStatus.RUNNING, JobStatus.EXPIRED),
     (JobStatus.FINALIZING, JobStatus.SUCCEEDED), (JobStatus.FINALIZING, JobStatus.FAILED),
 }
 ALLOWED_SHARD = {
@@ -65,7 +65,8 @@ def test_a_finished_state_has_no_way_out(status):
 
 
 def test_job_is_finished_from_succeeded_on():
-    assert [s for s in JobStatus if s.is_finished] == [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED]
+    assert [s for s in JobStatus if s.is_finished] == [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED,
+                                                       JobStatus.EXPIRED]
     assert list(JobStatus) == sorted(JobStatus)
     assert all(s < JobStatus.SUCCEEDED for s in JobStatus if not s.is_finished)
 

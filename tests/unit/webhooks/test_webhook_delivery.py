@@ -35,7 +35,8 @@ def secret():
 
 @pytest.mark.parametrize(
     "attempt, expected_ceiling",
-    [(1, 5.0), (2, 10.0), (3, 20.0), (4, 40.0), (10, 2560.0), (11, 3600.0), (50, 3600.0), (10_000, 3600.0)],
+    [(1, 5.0), (2, 10.0), (3, 20.0), (4, 40.0), (10, 2560.0), (13, 20480.0), (14, 21600.0), (50, 21600.0),
+     (10_000, 21600.0)],
 )
 def test_retry_delay_grows_then_caps(attempt, expected_ceiling):
     assert retry_delay(attempt, rng=lambda: 1.0) == expected_ceiling
@@ -49,7 +50,7 @@ def test_retry_delay_custom_base_and_cap():
 
 
 @pytest.mark.parametrize(
-    "retry_after_s, expected", [(7.0, 7.0), (0.0, 0.0), (-3.0, 0.0), (99_999.0, 3600.0)]
+    "retry_after_s, expected", [(7.0, 7.0), (0.0, 0.0), (-3.0, 0.0), (99_999.0, 21600.0)]
 )
 def test_retry_delay_honours_retry_after_within_cap(retry_after_s, expected):
     assert retry_delay(1, retry_after_s=retry_after_s, rng=lambda: 0.0) == expected
@@ -257,3 +258,16 @@ def test_send_refuses_when_dns_points_inside(event, secret, monkeypatch):
     result = send("https://innocent.example/hook", event, secret)
     assert not result.ok and result.is_permanent
     assert "169.254.169.254" in result.error
+
+
+def test_send_connect_timeout_is_reported_as_such(event, secret, monkeypatch):
+    # A black-holed address needs a network to test against; stub the socket connect
+    # instead, to check that a connect timeout is told apart from a read timeout.
+    def black_hole(address, timeout=None, source_address=None):
+        assert timeout == 0.25, "the connect timeout, not the read timeout"
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", black_hole)
+    result = send("http://127.0.0.1:9/hook", event, secret, allow_hosts=LOCAL, timeout_s=5, connect_timeout_s=0.25)
+    assert not result.ok and not result.is_permanent and result.status_code is None
+    assert result.error == "timeout: connect timed out after 0.25s"

@@ -25,7 +25,8 @@ def succeeded_event(**overrides):
 
 
 def test_event_types():
-    assert EVENT_TYPES == ("job.succeeded", "job.failed", "job.cancelled")
+    assert EVENT_TYPES == ("job.succeeded", "job.failed", "job.cancelled", "job.expired",
+                           "job.progress", "shard.completed")
 
 
 def test_job_event_fields():
@@ -101,3 +102,24 @@ def test_event_is_frozen():
     event = succeeded_event()
     with pytest.raises(AttributeError):
         event.type = "job.failed"
+
+
+def test_job_event_refuses_opt_in_types():
+    with pytest.raises(ValueError, match="type"):
+        job_event("shard.completed", job_id="j", status="running", rows_total=1, rows_succeeded=1, rows_failed=0,
+                  output=None, manifest_url=None, error=None, metadata=None, timings=None)
+
+
+def test_shard_and_progress_events_are_small_and_versioned():
+    from webhooks.events import progress_event, shard_event
+
+    shard = shard_event(job_id="j", shard_index=3, rows_succeeded=9, rows_failed=1, part="part-00000-00003.parquet",
+                        metadata={"run": 1})
+    progress = progress_event(job_id="j", rows_total=100, rows_succeeded=40, rows_failed=2, shards_total=10,
+                              shards_finished=4, metadata=None)
+    assert shard.payload()["version"] == progress.payload()["version"] == 1
+    assert shard.data == {"job_id": "j", "shard_index": 3, "rows": {"total": 10, "succeeded": 9, "failed": 1},
+                          "part": "part-00000-00003.parquet", "metadata": {"run": 1}}
+    assert progress.type == "job.progress"
+    assert progress.data["shards"] == {"total": 10, "finished": 4} and progress.data["status"] == "running"
+    assert len(shard.body()) < 400 and len(progress.body()) < 400

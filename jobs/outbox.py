@@ -1,0 +1,152 @@
+"""The webhook outbox: events, their delivery attempts and the endpoints that said 410.
+
+NOTE: an attempt is claimed before its request goes out and recorded after the answer.
+The claim bumps the event's attempt count and writes the attempt's row in one
+transaction, under a lease; a dispatcher that dies between sending and recording
+leaves an unfinished attempt row and a lease that runs out, and then the event is due
+again: delivered at least once, with the same webhook-id, never dropped. A record
+only moves the event if no later attempt claimed it since (attempts == attempt).
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import Connection, Engine, and_, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from jobs import tables
+from jobs.records import WebhookAttempt, WebhookEndpoint, WebhookRecord
+
+PENDING, DELIVERED, FAILED, DISABLED = "pending", "delivered", "failed", "disabled"
+EVENT_STATUSES = (PENDING, DELIVERED, FAILED, DISABLED)   # DISABLED: held, its endpoint said 410
+
+_event = tables.webhook_events.c
+_attempt = tables.webhook_attempts.c
+_endpoint = tables.webhook_endpoints.c
+
+
+def insert_event(conn: Connection, job_id: str, event, now: float) -> None:
+    """Queue an event (a jobs.store.OutboxEvent) inside the caller's transaction."""
+    conn.execute(insert(tables.webhook_events).values(
+        id=event.id, job_id=job_id, type=event.type, url=event.url, body=event.body.decode(), status=PENDING,
+        attempts=0, retry_from=0, next_attempt_at=now, claimed_until=0.0, created_at=now))
+
+
+class Outbox:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def due(self, now: float | None = None, limit: int = 100) -> list[str]:
+        now = time.time() if now is None else now
+        query = (select(_event.id).where(_event.status == PENDING, _event.next_attempt_at <= now,
+                                         _event.claimed_until <= now)
+                 .order_by(_event.next_attempt_at).limit(limit))
+        with self.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
+
+    def claim(self, event_id: str, lease_s: float = 120.0) -> WebhookRecord | None:
+        """Start one attempt on a due event; None if it is not due, delivered, failed,
+        claimed, or held because its endpoint is disabled (then it is marked DISABLED)."""
+        now = time.time()
+        # Due, not only pending: a dispatcher working from an old due() list must not
+        # re-send an event that another one just failed and scheduled for later.
+        claimable = and_(_event.id == event_id, _event.status == PENDING, _event.next_attempt_at <= now,
+                         _event.claimed_until <= now)
+        disabled_urls = select(_endpoint.url).where(_endpoint.disabled_at.is_not(None))
+        with self.engine.begin() as conn:
+            conn.execute(update(tables.webhook_events).where(claimable, _event.url.in_(disabled_urls))
+                         .values(status=DISABLED))
+            claimed = conn.execute(update(tables.webhook_events).where(claimable)
+                                   .values(claimed_until=now + lease_s, attempts=_event.attempts + 1)).rowcount
+            if not claimed:
+                return None
+            record = _event_record(conn.execute(select(tables.webhook_events).where(_event.id == event_id)).one())
+            conn.execute(insert(tables.webhook_attempts).values(event_id=event_id, attempt=record.attempts,
+                                                                started_at=now))
+        return record
+
+    def record(self, event_id: str, attempt: int, *, ok: bool, status_code: int | None, error: str | None,
+               latency_s: float, next_attempt_at: float | None, disable_endpoint: bool = False) -> None:
+        """Finish attempt number `attempt`: delivered, due again at next_attempt_at, or
+        failed for good (None); a 410 also disables the event's URL."""
+        now = time.time()
+        status = DELIVERED if ok else (PENDING if next_attempt_at is not None else FAILED)
+        with self.engine.begin() as conn:
+            conn.execute(update(tables.webhook_attempts)
+                         .where(_attempt.event_id == event_id, _attempt.attempt == attempt)
+                         .values(finished_at=now, status_code=status_code, latency_s=latency_s, error=error))
+            conn.execute(update(tables.webhook_events).where(_event.id == event_id, _event.attempts == attempt)
+                         .values(status=status, last_status_code=status_code, last_error=error, claimed_until=0.0,
+                                 next_attempt_at=next_attempt_at or now, delivered_at=now if ok else None))
+            if disable_endpoint:
+                url = conn.execute(select(_event.url).where(_event.id == event_id)).scalar_one()
+                _set_endpoint(conn, url, disabled_at=now, disabled_reason=f"HTTP {status_code} on event {event_id}")
+
+    def replay(self, event_id: str) -> WebhookRecord:
+        """Make an event due now with a fresh retry budget, whatever its status; the same
+        event id is sent again, so receivers deduplicate it. ValueError while in flight."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            row = conn.execute(select(tables.webhook_events).where(_event.id == event_id)).one_or_none()
+            if row is None:
+                raise KeyError(f"no webhook event {event_id!r}")
+            if row.claimed_until > now:
+                raise ValueError(f"webhook event {event_id} is being delivered right now; try again shortly")
+            conn.execute(update(tables.webhook_events).where(_event.id == event_id).values(
+                status=PENDING, next_attempt_at=now, retry_from=row.attempts, delivered_at=None))
+        return self.event(event_id)
+
+    def event(self, event_id: str) -> WebhookRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(tables.webhook_events).where(_event.id == event_id)).one_or_none()
+        if row is None:
+            raise KeyError(f"no webhook event {event_id!r}")
+        return _event_record(row)
+
+    def events(self, job_id: str | None = None, *, status: str | None = None, limit: int = 1000) -> list[WebhookRecord]:
+        """Events oldest first; of one job, or the newest `limit` of every job."""
+        query = select(tables.webhook_events)
+        if job_id is not None:
+            query = query.where(_event.job_id == job_id)
+        if status is not None:
+            query = query.where(_event.status == status)
+        query = query.order_by(_event.created_at.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [_event_record(row) for row in reversed(conn.execute(query).all())]
+
+    def attempts(self, event_id: str) -> list[WebhookAttempt]:
+        query = select(tables.webhook_attempts).where(_attempt.event_id == event_id).order_by(_attempt.attempt)
+        with self.engine.connect() as conn:
+            return [WebhookAttempt(event_id=r.event_id, attempt=r.attempt, started_at=r.started_at,
+                                   finished_at=r.finished_at, status_code=r.status_code, latency_s=r.latency_s,
+                                   error=r.error) for r in conn.execute(query)]
+
+    def endpoints(self) -> list[WebhookEndpoint]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(tables.webhook_endpoints).order_by(_endpoint.updated_at)).all()
+        return [WebhookEndpoint(url=r.url, disabled_at=r.disabled_at, disabled_reason=r.disabled_reason,
+                                updated_at=r.updated_at) for r in rows]
+
+    def enable_endpoint(self, url: str) -> int:
+        """Re-enable a disabled URL and make the events held for it due now; how many."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            _set_endpoint(conn, url, disabled_at=None, disabled_reason=None)
+            return conn.execute(update(tables.webhook_events).where(_event.url == url, _event.status == DISABLED)
+                                .values(status=PENDING, next_attempt_at=now, retry_from=_event.attempts)).rowcount
+
+
+def _set_endpoint(conn: Connection, url: str, **values) -> None:
+    values["updated_at"] = time.time()
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(tables.webhook_endpoints).values(url=url, **values)
+    conn.execute(statement.on_conflict_do_update(index_elements=["url"], set_=values))
+
+
+def _event_record(row) -> WebhookRecord:
+    return WebhookRecord(id=row.id, job_id=row.job_id, type=row.type, url=row.url, body=row.body.encode(),
+                         status=row.status, attempts=row.attempts, next_attempt_at=row.next_attempt_at,
+                         last_status_code=row.last_status_code, last_error=row.last_error,
+                         retry_from=row.retry_from, created_at=row.created_at, delivered_at=row.delivered_at,
+                         claimed_until=row.claimed_until)
