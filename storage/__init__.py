@@ -6,7 +6,7 @@ Everything goes through fsspec (local paths, file://, s3://, memory://, ...);
 """
 
 from storage.errors import InputError, OutputError, StorageError
-from storage.fs import resolve
+from storage.fs import describe, redact, resolve
 from storage.manifest import (Manifest, commit_output, decode_schema, encode_schema, is_committed,
                               read_manifest, read_results)
 from storage.plan import InputFile, InputInfo, ShardPlan, inspect_input, plan_shards
@@ -15,7 +15,7 @@ from storage.schemas import output_schema
 from storage.write import PartInfo, check_writable, part_name, write_part
 
 __all__ = [
-    "InputError", "OutputError", "StorageError", "resolve",
+    "InputError", "OutputError", "StorageError", "describe", "redact", "resolve",
     "Manifest", "commit_output", "decode_schema", "encode_schema", "is_committed", "read_manifest", "read_results",
     "InputFile", "InputInfo", "ShardPlan", "inspect_input", "plan_shards",
     "read_shard", "output_schema", "PartInfo", "check_writable", "part_name", "write_part",

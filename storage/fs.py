@@ -10,6 +10,7 @@ an error message: use `redact` on any URL that goes into a message.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from collections.abc import Iterator
@@ -24,6 +25,14 @@ _OBJECT_STORE_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl
 
 # "scheme://user:password@host/..." -> "scheme://***@host/..."
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/@]*@")
+# The same anywhere in a longer text, e.g. an endpoint URL inside a backend's error message.
+_USERINFO_ANYWHERE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/@\s]*@")
+# storage_options keys (at any depth) whose values are secrets: key, secret, token,
+# aws_secret_access_key, password, account_key, sas_token, client_secret, ...
+_SECRET_OPTION = re.compile(r"key|secret|token|password|credential|sas", re.IGNORECASE)
+# Environment variables a backend may read credentials from.
+_SECRET_ENV = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|ACCOUNT_KEY|CREDENTIAL")
+_MIN_SECRET_LENGTH = 4  # shorter values would scrub ordinary words out of messages
 
 
 def resolve(url: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -88,3 +97,30 @@ def open_for_read(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[str | IO
 def redact(url: str) -> str:
     """`url` without any `user:password@` part, for messages and logs."""
     return _USERINFO.sub(r"\1***@", url)
+
+
+def describe(error: BaseException, storage_options: dict | None = None) -> str:
+    """`error` as "Type: message" for an error message, with credentials taken out.
+
+    Backends word their own errors, and some quote what they were given (an endpoint
+    URL with a password in it, a malformed key): userinfo in any URL, the values of
+    secret-looking storage_options and of credential environment variables become ***.
+    """
+    text = _USERINFO_ANYWHERE.sub(r"\1***@", f"{type(error).__name__}: {error}")
+    for secret in sorted(_secrets(storage_options), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _secrets(storage_options: dict | None) -> set[str]:
+    found = {value for name, value in os.environ.items() if _SECRET_ENV.search(name)}
+    found |= set(_secret_values(storage_options or {}))
+    return {value for value in found if isinstance(value, str) and len(value) >= _MIN_SECRET_LENGTH}
+
+
+def _secret_values(options: dict) -> Iterator[str]:
+    for name, value in options.items():
+        if isinstance(value, dict):
+            yield from _secret_values(value)
+        elif isinstance(value, str) and _SECRET_OPTION.search(str(name)):
+            yield value

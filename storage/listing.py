@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass, field
 
 from storage.errors import InputError
 from storage.fs import redact, resolve, to_url
+from storage.partition import hive_partition, partition_root
 
 _GLOB_CHARS = ("*", "?", "[")
 
 
+@dataclass(frozen=True)
+class ListedFile:
+    """One input file and the hive partition its directories give it."""
+
+    url: str
+    partition: dict[str, str | None] = field(default_factory=dict)  # key -> value, outermost first
+
+
 def list_input_files(input: str | list[str], storage_options: dict | None = None) -> list[str]:
-    """The URLs of every input file, in a deterministic order.
+    """The URLs of every input file, in listing order (see `list_inputs`)."""
+    return [listed.url for listed in list_inputs(input, storage_options)]
+
+
+def list_inputs(input: str | list[str], storage_options: dict | None = None) -> list[ListedFile]:
+    """Every input file, in a deterministic order, with its hive partition.
 
     Each entry expands on its own, in the order given:
       - a glob (`*`, `?`, `[`)  -> the matching files, sorted;
@@ -20,18 +35,21 @@ def list_input_files(input: str | list[str], storage_options: dict | None = None
                                    (temporary files, `_SUCCESS`, `_manifest.json`);
       - anything else           -> that one file, which must exist.
     A file named twice is kept once, at its first position.
+    The partition comes from `key=value` directories (see storage.partition for
+    where they start).
     Raises InputError when an entry matches nothing.
     """
     urls = [input] if isinstance(input, str) else list(input)
     if not urls:
         raise InputError("input is an empty list: name at least one file, directory or glob")
-    found: list[str] = []
+    found: dict[str, ListedFile] = {}
     for url in urls:
-        found.extend(_expand_one(url, storage_options))
-    return list(dict.fromkeys(found))
+        for listed in _expand_one(url, storage_options):
+            found.setdefault(listed.url, listed)
+    return list(found.values())
 
 
-def _expand_one(url: str, storage_options: dict | None) -> list[str]:
+def _expand_one(url: str, storage_options: dict | None) -> list[ListedFile]:
     fs, path = resolve(url, storage_options)
     # fsspec keeps filesystems (and s3fs their listings) for the life of the process; a
     # long-lived planner must see files added since its last job.
@@ -39,18 +57,25 @@ def _expand_one(url: str, storage_options: dict | None) -> list[str]:
     if any(char in path for char in _GLOB_CHARS):
         matches = fs.glob(path, detail=True)
         paths = sorted(p for p, info in matches.items() if info["type"] == "file")
-        problem = "no files match the pattern"
+        root, problem = _glob_root(path), "no files match the pattern"
     elif fs.isdir(path):
         paths = sorted(p for p in fs.find(path) if _is_data_file(p))
-        problem = "the directory holds no *.parquet files"
+        root, problem = path, "the directory holds no *.parquet files"
     elif fs.isfile(path):
         paths = [path]
-        problem = ""
+        root, problem = posixpath.dirname(path), ""
     else:
         raise InputError(f"{redact(url)}: no such file or directory")
     if not paths:
         raise InputError(f"{redact(url)}: {problem}")
-    return [to_url(fs, p) for p in paths]
+    root = partition_root(root)
+    return [ListedFile(url=to_url(fs, p), partition=hive_partition(root, p)) for p in paths]
+
+
+def _glob_root(pattern: str) -> str:
+    """The directory above the first glob character: `a/b/year=*/x*.parquet` -> `a/b`."""
+    first = min(pattern.index(char) for char in _GLOB_CHARS if char in pattern)
+    return posixpath.dirname(pattern[:first])
 
 
 def _is_data_file(path: str) -> bool:

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import InputError
-from storage.fs import open_for_read, redact, resolve
+from storage.fs import describe, open_for_read, redact, resolve
 from storage.plan import ShardPlan
 
 
@@ -18,12 +18,16 @@ def read_shard(
     *,
     batch_size: int = 1024,
     storage_options: dict | None = None,
+    partition_columns: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Yield exactly the shard's rows, only `columns` (in that order), <= batch_size rows a batch.
 
-    Only the shard's row groups are read. Memory is bounded by one row group's
-    projected column chunks plus one batch. Raises InputError when the file no
-    longer matches the plan (it changed since planning) or lacks a column.
+    Only the shard's row groups are read, and of them only `columns`' chunks: the
+    input, id and carried-through columns cost bytes, the others none. Memory is
+    bounded by one row group's projected column chunks plus one batch. With
+    `partition_columns`, the shard's hive partition values follow as constant
+    string columns, one per key in `shard.partition` order. Raises InputError when
+    the file no longer matches the plan (it changed since planning) or lacks a column.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -34,9 +38,11 @@ def read_shard(
             _check_columns(shard, parquet_file.schema_arrow, columns)
             batches = parquet_file.iter_batches(batch_size=batch_size, row_groups=list(shard.row_groups),
                                                 columns=columns, use_threads=False)
-            yield from _row_range(batches, skip, shard.num_rows, columns)
+            for batch in _row_range(batches, skip, shard.num_rows, columns):
+                yield _with_partition(batch, shard.partition) if partition_columns else batch
     except (pa.ArrowException, OSError) as error:
-        raise InputError(f"{redact(shard.url)}: cannot read shard {shard.shard_index} ({error})") from error
+        raise InputError(f"{redact(shard.url)}: cannot read shard {shard.shard_index} "
+                         f"({describe(error, storage_options)})") from error
 
 
 def _rows_to_skip(shard: ShardPlan, metadata: pq.FileMetaData) -> int:
@@ -74,3 +80,13 @@ def _row_range(batches: Iterator[pa.RecordBatch], skip: int, num_rows: int,
         skip = 0
         num_rows -= piece.num_rows
         yield piece.select(columns)
+
+
+def _with_partition(batch: pa.RecordBatch, partition: dict[str, str | None]) -> pa.RecordBatch:
+    """`batch` with one constant string column per partition key appended."""
+    arrays = list(batch.columns)
+    names = list(batch.schema.names)
+    for key, value in partition.items():
+        arrays.append(pa.array([value] * batch.num_rows, pa.string()))
+        names.append(key)
+    return pa.RecordBatch.from_arrays(arrays, names=names)

@@ -1,0 +1,198 @@
+"""A job's input as its Parquet footers describe it: list the files, read the footers, check them.
+
+Only footers are read here, never data pages: row counts, column types and each
+row group's uncompressed byte sizes are all the planner needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.errors import InputError
+from storage.fs import describe, open_for_read, redact, resolve
+from storage.listing import ListedFile, list_inputs
+from storage.work import TOKENS, estimate_work, work_unit
+
+# The role whose column feeds the engine's text: it must hold strings.
+TEXT_ROLE = "input_column"
+# Roles whose column is the engine's input, so its size is the shard's work; first present wins.
+WORK_ROLES = ("input_column", "audio_column")
+MAX_CONCURRENT_FOOTER_READS = 16
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input Parquet file, as its footer describes it."""
+
+    url: str  # resolvable by storage.fs.resolve (local files are plain paths)
+    num_rows: int
+    num_row_groups: int
+    row_group_rows: tuple[int, ...]  # row_group_index -> num_rows in that row group
+    # row_group_index -> estimated work (InputInfo.work_unit) of the input column; () when unknown
+    row_group_work: tuple[int, ...] = ()
+    # hive partition key -> value from the file's `key=value` directories, outermost first
+    partition: dict[str, str | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.row_group_rows) != self.num_row_groups:
+            raise ValueError(f"{self.url}: {len(self.row_group_rows)} row group sizes for {self.num_row_groups} row groups")
+        if sum(self.row_group_rows) != self.num_rows:
+            raise ValueError(f"{self.url}: row groups hold {sum(self.row_group_rows)} rows, not {self.num_rows}")
+        if self.row_group_work and len(self.row_group_work) != self.num_row_groups:
+            raise ValueError(f"{self.url}: {len(self.row_group_work)} work estimates for {self.num_row_groups} row groups")
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """Everything the planner needs to know about a job's input."""
+
+    files: tuple[InputFile, ...]  # file_index -> file, in listing order
+    schema: pa.Schema  # shared by every file (metadata, nullability and field order aside)
+    num_rows: int  # over all files
+    work_unit: str = TOKENS  # unit of InputFile.row_group_work: "tokens" | "audio_seconds"
+    # partition keys every file shares, in directory order; set when inspect_input(partition_columns=True)
+    partition_keys: tuple[str, ...] = ()
+
+    @property
+    def total_work(self) -> int:
+        return sum(sum(f.row_group_work) for f in self.files)
+
+
+def inspect_input(
+    input: str | list[str],
+    *,
+    columns: dict[str, str],
+    storage_options: dict | None = None,
+    carry_columns: Sequence[str] = (),
+    partition_columns: bool = False,
+) -> InputInfo:
+    """List the input files and check their footers agree with each other and the job.
+
+    `columns` maps role -> column name, e.g. {"input_column": "text", "id_column": "doc_id"};
+    a role mapped to None is skipped. Every column must exist in every file, and the
+    column for "input_column" must hold strings. `carry_columns` are further columns
+    the job copies into its output: each must exist too. With `partition_columns`,
+    every file must have the same hive partition keys, none of them also a column.
+    Raises InputError naming the file and the problem. An empty file (0 rows) is
+    valid: it yields no shards.
+    """
+    listed = list_inputs(input, storage_options)
+    footers = _read_footers([entry.url for entry in listed], storage_options)
+    schema = _arrow_schema(listed[0].url, footers[0])
+    work_column = next((columns[role] for role in WORK_ROLES if columns.get(role)), None)
+    unit = work_unit(schema.field(work_column).type) if work_column in schema.names else TOKENS
+    files = []
+    for entry, metadata in zip(listed, footers):
+        file_schema = _arrow_schema(entry.url, metadata)
+        _check_columns(entry.url, file_schema, columns, carry_columns)
+        _check_same_schema(entry.url, listed[0].url, schema, file_schema)
+        files.append(_input_file(entry, metadata, work_column, unit))
+    keys = _check_partitions(listed, schema) if partition_columns else ()
+    return InputInfo(files=tuple(files), schema=schema, num_rows=sum(f.num_rows for f in files),
+                     work_unit=unit, partition_keys=keys)
+
+
+def _read_footers(urls: list[str], storage_options: dict | None) -> list[pq.FileMetaData]:
+    """Footers in `urls` order, fetched concurrently: on S3 each costs a round trip or two.
+
+    The first unreadable file in `urls` order raises; footers not yet fetched are dropped.
+    """
+    pool = ThreadPoolExecutor(max_workers=MAX_CONCURRENT_FOOTER_READS)
+    try:
+        return list(pool.map(lambda url: _read_footer(url, storage_options), urls))
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _read_footer(url: str, storage_options: dict | None) -> pq.FileMetaData:
+    fs, path = resolve(url, storage_options)
+    try:
+        with open_for_read(fs, path) as source, pq.ParquetFile(source) as parquet_file:
+            return parquet_file.metadata
+    except (pa.ArrowException, OSError) as error:
+        raise InputError(f"{redact(url)}: not a Parquet file, or its footer is corrupt "
+                         f"({describe(error, storage_options)})") from error
+
+
+def _arrow_schema(url: str, metadata: pq.FileMetaData) -> pa.Schema:
+    try:
+        return metadata.schema.to_arrow_schema()
+    except (pa.ArrowException, ValueError) as error:
+        raise InputError(f"{redact(url)}: its Parquet schema has no Arrow equivalent ({error})") from error
+
+
+def _input_file(entry: ListedFile, metadata: pq.FileMetaData, work_column: str | None, unit: str) -> InputFile:
+    row_groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+    work: tuple[int, ...] = ()
+    if work_column is not None:
+        # Row groups index leaf columns, not fields: find the leaf whose path is the column.
+        leaves = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+        index = leaves.index(work_column) if work_column in leaves else None
+        if index is not None:
+            work = tuple(estimate_work(unit, group.column(index).total_uncompressed_size) for group in row_groups)
+    return InputFile(url=entry.url, num_rows=metadata.num_rows, num_row_groups=metadata.num_row_groups,
+                     row_group_rows=tuple(group.num_rows for group in row_groups), row_group_work=work,
+                     partition=entry.partition)
+
+
+def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_columns: Sequence[str]) -> None:
+    named = [(name, f"the {role}") for role, name in columns.items() if name is not None]
+    named += [(name, "in carry_columns") for name in carry_columns]
+    for name, what in named:
+        if schema.get_field_index(name) < 0:
+            raise InputError(f"{redact(url)}: column {name!r} ({what}) is not in the file; "
+                             f"its columns are: {', '.join(schema.names)}")
+    text_column = columns.get(TEXT_ROLE)
+    if text_column is not None and not _is_string(schema.field(text_column).type):
+        raise InputError(f"{redact(url)}: column {text_column!r} (the {TEXT_ROLE}) has type "
+                         f"{schema.field(text_column).type}; it must be string or large_string")
+
+
+def _is_string(column_type: pa.DataType) -> bool:
+    return pa.types.is_string(column_type) or pa.types.is_large_string(column_type)
+
+
+def _check_partitions(listed: list[ListedFile], schema: pa.Schema) -> tuple[str, ...]:
+    """The partition keys every file shares; read_shard adds them as columns, so they must agree."""
+    keys = tuple(listed[0].partition)
+    for entry in listed:
+        if tuple(entry.partition) != keys:
+            raise InputError(f"{redact(entry.url)}: partition keys {list(entry.partition)} differ from "
+                             f"{list(keys)} of {redact(listed[0].url)}")
+    clashing = [key for key in keys if key in schema.names]
+    if clashing:
+        raise InputError(f"{redact(listed[0].url)}: partition keys {clashing} are also columns in the file")
+    return keys
+
+
+def _check_same_schema(url: str, first_url: str, expected: pa.Schema, actual: pa.Schema) -> None:
+    difference = schema_difference(expected, actual)
+    if difference:
+        raise InputError(f"{redact(url)}: schema differs from {redact(first_url)}: {difference}")
+
+
+def schema_difference(expected: pa.Schema, actual: pa.Schema) -> str | None:
+    """What differs between two schemas by column name and type, or None.
+
+    Field order, nullability and metadata (e.g. the pandas index) are ignored:
+    rows are read by column name, and writers differ on those freely.
+    """
+    expected_types = {f.name: f.type for f in expected}
+    actual_types = {f.name: f.type for f in actual}
+    problems = []
+    missing = [name for name in expected_types if name not in actual_types]
+    extra = [name for name in actual_types if name not in expected_types]
+    if missing:
+        problems.append(f"missing columns {missing}")
+    if extra:
+        problems.append(f"extra columns {extra}")
+    for name, expected_type in expected_types.items():
+        actual_type = actual_types.get(name)
+        if actual_type is not None and actual_type != expected_type:
+            problems.append(f"column {name!r} is {actual_type}, not {expected_type}")
+    return "; ".join(problems) or None
