@@ -5,7 +5,19 @@ Credentials and endpoints come from `storage_options` (passed straight to the
 fsspec filesystem, e.g. s3fs's `key`, `secret`, `client_kwargs`) or from the
 standard environment variables the backend reads itself (AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...). Neither is ever logged or put in
-an error message: use `redact` on any URL that goes into a message.
+an error message: use `redact` on any URL that goes into a message, and
+`describe` on any backend error.
+
+On S3 a flaky network is retried in two layers. botocore retries throttling
+(503 SlowDown), 5xx answers, dropped connections and timeouts; set it through
+storage_options, e.g.
+
+    {"config_kwargs": {"retries": {"max_attempts": 10, "mode": "standard"},
+                       "connect_timeout": 10, "read_timeout": 60}}
+
+(or AWS_RETRY_MODE / AWS_MAX_ATTEMPTS). s3fs adds its own few tries with backoff
+for SlowDown and some network errors. A write that still fails raises OutputError
+and leaves nothing visible (see storage.write); the shard is then re-run.
 """
 
 from __future__ import annotations

@@ -4,14 +4,18 @@ A reader of the output directory sees either no part or a whole one, never a
 partial file:
   - local disk: write a hidden temporary file in the same directory, fsync it,
     then os.replace it onto the final name (atomic within one filesystem);
-  - object stores and other fsspec backends: one put of the whole bytes
-    (S3 makes an object visible only once its upload is complete).
+  - object stores: one upload that the store makes visible only once complete:
+    a single PUT below the filesystem's block size (s3fs: `default_block_size` in
+    storage_options, 50 MiB unless set), a multipart upload of block-size parts at
+    or above it. A failed upload is aborted, never completed with what it has;
+  - other fsspec backends (memory://, ...): one put of the whole bytes.
 A retried shard overwrites its part with the same name; since a re-run writes
 the same rows, the content is the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
@@ -21,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import OutputError
-from storage.fs import is_local, join, make_dirs, redact, resolve
+from storage.fs import describe, is_local, is_object_store, join, make_dirs, redact, resolve
 from storage.plan import ShardPlan
 
 
@@ -53,7 +57,7 @@ def check_writable(output: str, storage_options: dict | None = None) -> None:
         fs.pipe_file(probe_path, b"")
         fs.rm_file(probe_path)
     except Exception as error:  # noqa: BLE001 - every backend raises its own kinds
-        raise OutputError(f"output {redact(output)} is not writable: {_reason(error)}") from error
+        raise OutputError(f"output {redact(output)} is not writable: {describe(error, storage_options)}") from error
 
 
 def write_part(output: str, name: str, table: pa.Table, storage_options: dict | None = None) -> PartInfo:
@@ -78,10 +82,40 @@ def write_bytes_atomic(output: str, name: str, data: bytes, storage_options: dic
         make_dirs(fs, path)
         if is_local(fs):
             _replace_local(path, name, data)
+        elif is_object_store(fs):
+            _upload(fs, join(path, name), data)
         else:
             fs.pipe_file(join(path, name), data)
     except Exception as error:  # noqa: BLE001 - every backend raises its own kinds
-        raise OutputError(f"cannot write {name} to {redact(output)}: {_reason(error)}") from error
+        raise OutputError(f"cannot write {name} to {redact(output)}: {describe(error, storage_options)}") from error
+
+
+def _upload(fs, path: str, data: bytes) -> None:
+    """One object-store upload: single PUT under the block size, else multipart; all or nothing.
+
+    NOTE: never `with fs.open(...)`: its exit closes the file even on an error, and
+    closing completes a multipart upload with whatever parts it has, so a part whose
+    upload failed would leave a short object in place. Here a failure discards the
+    file instead: the multipart upload is aborted and nothing becomes visible.
+    """
+    file = fs.open(path, "wb")
+    try:
+        view = memoryview(data)
+        # Block-sized writes make block-sized parts (one write of all would be one huge part).
+        for start in range(0, len(data), file.blocksize):
+            file.write(view[start:start + file.blocksize])
+        file.close()  # the commit: PutObject, or CompleteMultipartUpload
+    except BaseException:
+        _abandon(file)
+        raise
+
+
+def _abandon(file) -> None:
+    # An abort that fails too leaves only an invisible, unfinished upload (a bucket
+    # lifecycle rule AbortIncompleteMultipartUpload reaps those); the first error is the one to report.
+    with contextlib.suppress(Exception):
+        file.discard()  # s3fs: AbortMultipartUpload
+    file.closed = True  # so that garbage collection does not close, i.e. commit, it
 
 
 def _replace_local(directory: str, name: str, data: bytes) -> None:
@@ -108,8 +142,4 @@ def _check_part_name(name: str) -> None:
     # Names starting with "_" or "." are reserved for _SUCCESS, the manifest and temporary files.
     if not name or "/" in name or "\\" in name or name.startswith(("_", ".")):
         raise ValueError(f"part name {name!r} must be a plain file name not starting with '_' or '.'")
-
-
-def _reason(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}"
 
