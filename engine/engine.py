@@ -8,28 +8,40 @@ import numpy as np
 import torch
 
 from engine.embedder import Embedder
+from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, SamplingParams
 from engine.outputs import EmbeddingOutput
 
 MODES = ("generate", "embed", "transcribe")
-NOT_YET_IMPLEMENTED = ("generate", "transcribe")
+NOT_YET_IMPLEMENTED = ("transcribe",)
+QUANTIZATIONS = (None,)    # "fp8" comes with the FP8 work
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class Engine:
     """A loaded model serving one mode. Build it with Engine.from_pretrained."""
 
-    def __init__(self, mode: str, embedder: Embedder):
+    def __init__(self, mode: str, embedder: Embedder | None = None, llm: LLMEngine | None = None):
         self.mode = mode
         self._embedder = embedder
+        self.llm = llm           # the generate mode's engine: options, tokenizer, last_run stats
 
     @classmethod
     def from_pretrained(cls, path: str | Path, mode: str = "embed", dtype: str | torch.dtype = "float32",
-                        device: str | torch.device | None = None, max_batch_tokens: int = 16384) -> "Engine":
-        """Load a Hugging Face–format folder (config.json, model.safetensors, tokenizer.json)."""
+                        device: str | torch.device | None = None, max_batch_tokens: int = 16384,
+                        quantization: str | None = None, **generate_options) -> "Engine":
+        """Load a Hugging Face–format folder (config.json, model.safetensors, tokenizer.json),
+        or for mode="generate" also a .gguf file. generate_options: see GenerateOptions."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
         if mode in NOT_YET_IMPLEMENTED:
-            raise ValueError(f"mode {mode!r} is not implemented yet; only 'embed' is available")
+            raise ValueError(f"mode {mode!r} is not implemented yet; 'embed' and 'generate' are available")
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"unsupported quantization {quantization!r}; expected one of {QUANTIZATIONS}")
+        if mode == "generate":
+            options = GenerateOptions(**generate_options)
+            return cls(mode, llm=LLMEngine.load(path, resolve_dtype(dtype), resolve_device(device), options))
+        if generate_options:
+            raise TypeError(f"options {sorted(generate_options)} apply to mode 'generate' only")
         embedder = Embedder.load(path, resolve_dtype(dtype), resolve_device(device), max_batch_tokens)
         return cls(mode, embedder)
 
@@ -44,6 +56,14 @@ class Engine:
     @property
     def max_seq_length(self) -> int:
         return self._embedder.config.max_seq_length
+
+    def generate(self, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
+                 ) -> list[GenerationOutput]:
+        """One GenerationOutput per prompt (text, token ids or chat messages) in input order;
+        bad rows carry .error; a bad SamplingParams value raises ValueError naming it."""
+        if self.llm is None:
+            raise ValueError(f"generate needs an engine loaded with mode='generate', not {self.mode!r}")
+        return self.llm.generate(prompts, params)
 
     def embed(self, texts: list[str], dimensions: int | None = None, normalize: bool = True) -> np.ndarray:
         """float32 [len(texts), dimensions or embedding_dim] in input order; ValueError naming a bad row."""

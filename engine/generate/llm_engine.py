@@ -1,0 +1,208 @@
+"""LLMEngine: the generate mode — prompts in, one GenerationOutput per prompt out.
+
+    step():  schedule -> run the model -> sample -> advance requests -> collect finished
+
+Prompts are validated one by one: a bad row becomes an output with .error and the
+rest run; only a bad SamplingParams value raises (ValueError naming it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.generate.block_manager import BlockManager
+from engine.generate.kv_cache import allocate_kv_cache, num_blocks_from_memory
+from engine.generate.model_config import DecoderConfig
+from engine.generate.model_loader import load_decoder
+from engine.generate.options import GenerateOptions
+from engine.generate.outputs import GenerationOutput, error_output
+from engine.generate.request import Request, RequestStatus
+from engine.generate.runner import ModelRunner, ModelRunnerOutput
+from engine.generate.sampling_params import SamplingParams
+from engine.generate.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.generate.tokenizer import TextTokenizer
+from engine.models.llama import LlamaForCausalLM
+
+Prompt = str | list[int] | list[dict]     # text, token ids, or chat messages [{"role", "content"}]
+
+
+@dataclass
+class RunStats:
+    num_requests: int = 0
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0              # prompt tokens served by the prefix cache
+    num_generated_tokens: int = 0
+    num_steps: int = 0
+    num_preemptions: int = 0
+    seconds: float = 0.0
+
+    @property
+    def generated_tokens_per_second(self) -> float:
+        return self.num_generated_tokens / self.seconds if self.seconds else 0.0
+
+
+class LLMEngine:
+    def __init__(self, model: LlamaForCausalLM, config: DecoderConfig, tokenizer: TextTokenizer,
+                 options: GenerateOptions, dtype: torch.dtype, device: torch.device):
+        self.config, self.tokenizer, self.options = config, tokenizer, options
+        max_model_len = min(options.max_model_len or config.max_model_len, config.max_model_len)
+        num_blocks = options.num_blocks or num_blocks_from_memory(
+            config, options.block_size, dtype, device, options.kv_cache_memory_fraction,
+            options.max_num_seqs * max_model_len)
+        # A request must always fit alone, or preempting everything else would not save it.
+        self.max_model_len = min(max_model_len, num_blocks * options.block_size)
+        self.block_manager = BlockManager(num_blocks, options.block_size, options.enable_prefix_caching)
+        self.scheduler = Scheduler(SchedulerConfig(options.max_num_seqs, options.max_num_batched_tokens,
+                                                   self.max_model_len), self.block_manager)
+        kv_cache = allocate_kv_cache(config, num_blocks, options.block_size, dtype, device)
+        self.runner = ModelRunner(model, kv_cache, options.block_size, device)
+        if options.seed is not None:
+            self.runner.sampler.generator.manual_seed(options.seed)
+        self.eos_token_ids = frozenset(config.eos_token_ids) | _token_set(tokenizer.token_id(tokenizer.eos_token))
+        self.last_run = RunStats()
+        self._next_request_id = 0
+
+    @classmethod
+    def load(cls, path: str | Path, dtype: torch.dtype, device: torch.device,
+             options: GenerateOptions | None = None) -> "LLMEngine":
+        model, config, tokenizer = load_decoder(path, dtype, device)
+        return cls(model, config, tokenizer, options or GenerateOptions(), dtype, device)
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
+                 ) -> list[GenerationOutput]:
+        params_per_row = self._params_per_row(prompts, params)
+        started, outputs, requests = time.perf_counter(), [None] * len(prompts), {}
+        for row, (prompt, row_params) in enumerate(zip(prompts, params_per_row)):
+            request_or_error = self.add_request(prompt, row_params)
+            if isinstance(request_or_error, str):
+                outputs[row] = error_output(request_or_error)
+            else:
+                requests[row] = request_or_error
+        num_steps, num_preemptions = 0, self.scheduler.num_preemptions
+        while self.scheduler.has_unfinished_requests():
+            self.step()
+            num_steps += 1
+        for row, request in requests.items():
+            outputs[row] = self._output(request)
+        self.last_run = RunStats(len(requests), sum(r.num_prompt_tokens for r in requests.values()),
+                                 sum(r.num_cached_tokens for r in requests.values()),
+                                 sum(r.num_output_tokens for r in requests.values()), num_steps,
+                                 self.scheduler.num_preemptions - num_preemptions, time.perf_counter() - started)
+        return outputs
+
+    def add_request(self, prompt: Prompt, params: SamplingParams) -> Request | str:
+        """Queue one prompt; a string says why it cannot run."""
+        token_ids = self._prompt_token_ids(prompt)
+        if isinstance(token_ids, str):
+            return token_ids
+        if len(token_ids) >= self.max_model_len:
+            return (f"prompt has {len(token_ids)} tokens; the context holds {self.max_model_len} "
+                    f"and at least one must be left for output")
+        request = Request(self._next_request_id, token_ids, params, self.eos_token_ids)
+        if params.prompt_logprobs is not None:
+            request.prompt_logprobs.append(None)     # the first prompt token has nothing before it
+        self._next_request_id += 1
+        self.scheduler.add_request(request)
+        return request
+
+    def step(self) -> list[Request]:
+        scheduler_output = self.scheduler.schedule()
+        runner_output = self.runner.execute(scheduler_output)
+        self._record_logprobs(scheduler_output, runner_output)
+        finished = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
+        return finished + self._apply_stop_strings(scheduler_output, runner_output)
+
+    def abort(self, request: Request) -> None:
+        if not request.is_finished:
+            self.scheduler.finish(request, RequestStatus.FINISHED_ABORTED)
+
+    def _record_logprobs(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> None:
+        for request in scheduler_output.requests:
+            request.prompt_logprobs.extend(runner_output.prompt_logprobs.get(request.request_id, ()))
+            if request.request_id in runner_output.logprobs:
+                request.logprobs.append(runner_output.logprobs[request.request_id])
+
+    def _apply_stop_strings(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> list[Request]:
+        """Stop strings need text, so they are checked here rather than in the scheduler."""
+        finished = []
+        for request in scheduler_output.requests:
+            if not request.params.stop or request.request_id not in runner_output.sampled_token_ids:
+                continue
+            text = self.tokenizer.decode(request.output_token_ids)
+            cuts = [index for index in (text.find(stop) for stop in request.params.stop) if index >= 0]
+            if not cuts:
+                continue
+            request.stop_text_len = min(cuts)
+            was_finished = request.is_finished
+            if was_finished:
+                request.status = RequestStatus.FINISHED_STOPPED
+            else:
+                self.scheduler.finish(request, RequestStatus.FINISHED_STOPPED)
+                finished.append(request)
+        return finished
+
+    def _prompt_token_ids(self, prompt: Prompt) -> list[int] | str:
+        """The prompt's token ids, or why there are none."""
+        if prompt is None:
+            return "prompt is null"
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt) if prompt else "prompt is empty"
+        if not isinstance(prompt, (list, tuple)):
+            return f"prompt is not text, token ids or messages (got {type(prompt).__name__})"
+        if not prompt:
+            return "prompt is empty"
+        if any(isinstance(item, dict) for item in prompt):
+            return self._chat_token_ids(list(prompt))
+        if all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.config.vocab_size for t in prompt):
+            return list(prompt)
+        return f"prompt token ids must be ints in 0..{self.config.vocab_size - 1}"
+
+    def _chat_token_ids(self, messages: list) -> list[int] | str:
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                   for m in messages):
+            return "chat messages must each be {'role': str, 'content': str}"
+        try:
+            text = self.tokenizer.apply_chat_template(messages)
+        except ValueError as error:
+            return str(error)
+        # The template already wrote the special tokens (BOS and all) it wants.
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _params_per_row(self, prompts: list, params) -> list[SamplingParams]:
+        if params is None:
+            params = SamplingParams()
+        rows = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        if len(rows) != len(prompts):
+            raise ValueError(f"params has {len(rows)} entries for {len(prompts)} prompts")
+        for row in rows:
+            if not isinstance(row, SamplingParams):
+                raise ValueError(f"params must be SamplingParams, got {type(row).__name__}")
+            self._check_params(row)
+        return list(rows)
+
+    def _check_params(self, params: SamplingParams) -> None:
+        vocab = self.config.vocab_size
+        if any(token_id >= vocab for token_id in params.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be below the vocabulary size {vocab}, got {params.stop_token_ids}")
+        for name in ("logprobs", "prompt_logprobs", "top_k"):
+            if (getattr(params, name) or 0) > vocab:
+                raise ValueError(f"{name} must be at most the vocabulary size {vocab}, got {getattr(params, name)}")
+
+    def _output(self, request: Request) -> GenerationOutput:
+        text = self.tokenizer.decode(request.output_token_ids)
+        if request.stop_text_len is not None:
+            text = text[:request.stop_text_len]
+        params = request.params
+        return GenerationOutput(
+            token_ids=request.output_token_ids, text=text, finish_reason=request.status.finish_reason,
+            num_prompt_tokens=request.num_prompt_tokens, num_cached_tokens=request.num_cached_tokens,
+            logprobs=request.logprobs if params.logprobs is not None else None,
+            prompt_logprobs=request.prompt_logprobs if params.prompt_logprobs is not None else None)
+
+
+def _token_set(token_id: int | None) -> frozenset[int]:
+    return frozenset() if token_id is None else frozenset((token_id,))

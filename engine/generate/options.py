@@ -1,0 +1,27 @@
+"""GenerateOptions: how the generate engine is sized — batch, KV cache, context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    max_num_seqs: int = 128                 # requests in the running batch at once
+    max_num_batched_tokens: int = 2048      # new tokens per step; longer prompts are prefilled in chunks
+    max_model_len: int | None = None        # prompt + output limit; None = what the model and cache allow
+    block_size: int = 16                    # tokens per KV-cache block
+    num_blocks: int | None = None           # KV-cache blocks; None = sized from free memory
+    kv_cache_memory_fraction: float = 0.3   # of free memory (MemAvailable on CPU) when num_blocks is None
+    enable_prefix_caching: bool = True
+    seed: int | None = 0                    # for requests without their own seed; None = nondeterministic
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_blocks"):
+            value = getattr(self, name)
+            if value is None and name in ("max_model_len", "num_blocks"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not 0.0 < self.kv_cache_memory_fraction <= 0.95:
+            raise ValueError(f"kv_cache_memory_fraction must be in (0, 0.95], got {self.kv_cache_memory_fraction!r}")

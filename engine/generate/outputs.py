@@ -1,0 +1,29 @@
+"""GenerationOutput: what generate hands back for one prompt, in input order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GenerationOutput:
+    token_ids: list[int]                    # generated tokens (an EOS or stop token id that ended it included)
+    text: str                               # their text, special tokens and any stop string left out
+    finish_reason: str | None               # "stop" | "length" | "abort"; None when error is set
+    error: str | None = None                # why this row was not run ("prompt is empty", ...)
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0              # prompt tokens reused from the prefix cache
+    logprobs: list[dict[int, float]] | None = None            # per generated token, when asked
+    prompt_logprobs: list[dict[int, float] | None] | None = None   # per prompt token (first is None), when asked
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def is_ok(self) -> bool:
+        return self.error is None
+
+
+def error_output(error: str, num_prompt_tokens: int = 0) -> GenerationOutput:
+    return GenerationOutput(token_ids=[], text="", finish_reason=None, error=error, num_prompt_tokens=num_prompt_tokens)

@@ -1,0 +1,132 @@
+"""ModelRunner: turns a SchedulerOutput into one forward pass, then samples and scores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.generate.attention import AttentionMetadata, DecodeBatch, PrefillChunk
+from engine.generate.kv_cache import KVCache
+from engine.generate.request import Request
+from engine.generate.sampler import Sampler, top_logprobs
+from engine.generate.scheduler import SchedulerOutput
+from engine.models.llama import LlamaForCausalLM
+
+
+@dataclass
+class ForwardBatch:
+    input_ids: torch.Tensor                 # long [num_tokens], decodes first
+    positions: torch.Tensor                 # long [num_tokens]
+    meta: AttentionMetadata
+    sample_requests: list[Request]          # requests whose last token is in this step
+    sample_rows: list[int]                  # row of that last token, per sample_requests
+    prompt_rows: dict[int, list[int]] = field(default_factory=dict)   # request_id -> rows scoring the next prompt token
+
+
+@dataclass
+class ModelRunnerOutput:
+    sampled_token_ids: dict[int, int]                       # request_id -> new token
+    logprobs: dict[int, dict[int, float]]                   # request_id -> {token: logprob}, when asked
+    prompt_logprobs: dict[int, list[dict[int, float]]]      # request_id -> one entry per newly scored prompt token
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, block_size: int, device: torch.device):
+        self.model = model
+        self.kv_cache = kv_cache
+        self.block_size = block_size
+        self.device = device
+        self.sampler = Sampler()
+
+    @torch.inference_mode()
+    def execute(self, output: SchedulerOutput) -> ModelRunnerOutput:
+        batch = self.prepare(output)
+        hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_cache)
+        prompt_rows = [row for rows in batch.prompt_rows.values() for row in rows]
+        logits = self.model.compute_logits(hidden[batch.sample_rows + prompt_rows])
+        sample_logits, prompt_logits = logits[:len(batch.sample_rows)], logits[len(batch.sample_rows):]
+        token_ids, logprobs = self.sampler(sample_logits, batch.sample_requests)
+        ids = [request.request_id for request in batch.sample_requests]
+        return ModelRunnerOutput(dict(zip(ids, token_ids)),
+                                 {rid: lp for rid, lp in zip(ids, logprobs) if lp is not None},
+                                 self._prompt_logprobs(output, batch, prompt_logits))
+
+    def prepare(self, output: SchedulerOutput) -> ForwardBatch:
+        counts = output.num_scheduled_tokens
+        decodes = [r for r in output.requests if counts[r.request_id] == 1]
+        prefills = [r for r in output.requests if counts[r.request_id] > 1]
+        input_ids, positions, slots = [], [], []
+        sample_requests, sample_rows, prompt_rows, chunks = [], [], {}, []
+        for request in decodes + prefills:
+            start, num_new = len(input_ids), counts[request.request_id]
+            first = request.num_computed_tokens
+            input_ids += request.token_ids[first:first + num_new]
+            positions += range(first, first + num_new)
+            slots += self._slots(request, first, first + num_new)
+            if first + num_new == request.num_tokens:
+                sample_requests.append(request)
+                sample_rows.append(start + num_new - 1)
+            if request.params.prompt_logprobs is not None:
+                prompt_rows[request.request_id] = self._prompt_rows(request, start, first, num_new)
+            if num_new > 1:
+                chunks.append(self._prefill_chunk(request, start, num_new))
+        meta = AttentionMetadata(torch.tensor(slots, dtype=torch.long, device=self.device), len(decodes),
+                                 self._decode_batch(decodes), chunks)
+        return ForwardBatch(torch.tensor(input_ids, dtype=torch.long, device=self.device),
+                            torch.tensor(positions, dtype=torch.long, device=self.device), meta,
+                            sample_requests, sample_rows, prompt_rows)
+
+    def _slots(self, request: Request, first: int, end: int) -> list[int]:
+        size, table = self.block_size, request.block_ids
+        return [table[position // size] * size + position % size for position in range(first, end)]
+
+    def _prompt_rows(self, request: Request, start: int, first: int, num_new: int) -> list[int]:
+        """Rows whose logits score a prompt token not yet scored (row at position p scores token p + 1).
+        After a preemption the prompt is recomputed; what was scored before is not scored again."""
+        num_scored = len(request.prompt_logprobs)
+        return [start + offset for offset in range(num_new)
+                if num_scored <= first + offset + 1 < request.num_prompt_tokens]
+
+    def _prefill_chunk(self, request: Request, start: int, num_new: int) -> PrefillChunk:
+        num_cached = request.num_computed_tokens
+        if num_cached == 0:
+            return PrefillChunk(start, num_new, None, None)
+        num_context = num_cached + num_new
+        slots = torch.tensor(self._slots(request, 0, num_context), dtype=torch.long, device=self.device)
+        # Query i sits at position num_cached + i and sees keys up to and including it.
+        query_positions = torch.arange(num_cached, num_context, device=self.device)[:, None]
+        mask = torch.arange(num_context, device=self.device)[None, :] <= query_positions
+        return PrefillChunk(start, num_new, slots, mask)
+
+    def _decode_batch(self, decodes: list[Request]) -> DecodeBatch | None:
+        if not decodes:
+            return None
+        context_lens = torch.tensor([r.num_computed_tokens + 1 for r in decodes], device=self.device)
+        max_blocks = max(len(r.block_ids) for r in decodes)
+        table = torch.zeros(len(decodes), max_blocks, dtype=torch.long, device=self.device)
+        for row, request in enumerate(decodes):
+            table[row, :len(request.block_ids)] = torch.tensor(request.block_ids, dtype=torch.long)
+        offsets = torch.arange(self.block_size, device=self.device)
+        slots = (table[:, :, None] * self.block_size + offsets).view(len(decodes), -1)
+        max_context = int(context_lens.max())
+        slots = slots[:, :max_context]
+        mask = torch.arange(max_context, device=self.device)[None, :] < context_lens[:, None]
+        return DecodeBatch(slots * mask, mask[:, None, None, :])
+
+    def _prompt_logprobs(self, output: SchedulerOutput, batch: ForwardBatch,
+                         logits: torch.Tensor) -> dict[int, list[dict[int, float]]]:
+        scored, offset = {}, 0
+        by_id = {request.request_id: request for request in output.requests}
+        for request_id, rows in batch.prompt_rows.items():
+            request = by_id[request_id]
+            rows_logits = logits[offset:offset + len(rows)]
+            offset += len(rows)
+            targets = self._prompt_targets(request, batch, rows)
+            scored[request_id] = top_logprobs(rows_logits, targets, request.params.prompt_logprobs)
+        return scored
+
+    @staticmethod
+    def _prompt_targets(request: Request, batch: ForwardBatch, rows: list[int]) -> list[int]:
+        # The token a row scores is the next prompt token, which may lie in the next chunk.
+        return [request.token_ids[int(batch.positions[row]) + 1] for row in rows]

@@ -1,0 +1,135 @@
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) over a paged KV cache.
+
+One module for the family: Qwen2 adds a bias to q/k/v, Qwen3 an RMSNorm on each head
+of q and k; everything else is Llama. Q/K/V and gate/up are fused into one matmul each
+(CPU matmuls are faster wide), so `pack_hf_weights` concatenates the checkpoint's.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.generate.attention import AttentionMetadata, paged_attention
+from engine.generate.model_config import DecoderConfig
+from engine.generate.rotary import Rotary
+
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # per layer: (k, v), each [num_slots, num_kv_heads, head_dim]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 like the reference: bf16 variance drifts on long hidden states.
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DecoderConfig, rotary: Rotary):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.rotary = rotary
+        self.scale = self.head_dim ** -0.5
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                kv_cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary(positions, q, k)
+        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        return self.o_proj(out.reshape(-1, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: DecoderConfig, rotary: Rotary):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, rotary)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, hidden, positions, meta, kv_cache):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), positions, meta, kv_cache)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: DecoderConfig, rotary: Rotary):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, rotary) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """forward: flat token ids [num_tokens] -> final hidden states [num_tokens, hidden_size]."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.config = config
+        rotary = Rotary(config)    # shared by every layer: one cos/sin table
+        self.model = LlamaModel(config, rotary)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                kv_cache: KVCache) -> torch.Tensor:
+        hidden = self.model.embed_tokens(input_ids)
+        for layer, layer_cache in zip(self.model.layers, kv_cache):
+            hidden = layer(hidden, positions, meta, layer_cache)
+        return self.model.norm(hidden)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Only for the rows that are sampled or scored: the LM head is the widest matmul."""
+        return self.lm_head(hidden).float()
+
+
+def pack_hf_weights(state: dict[str, torch.Tensor], config: DecoderConfig) -> dict[str, torch.Tensor]:
+    """Checkpoint tensors (Hugging Face names) -> this module's, fusing q/k/v and gate/up."""
+    state = dict(state)
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    for index in range(config.num_layers):
+        prefix = f"model.layers.{index}."
+        for kind in ("weight", "bias"):
+            names = [f"{prefix}self_attn.{p}_proj.{kind}" for p in "qkv"]
+            if all(name in state for name in names):
+                state[f"{prefix}self_attn.qkv_proj.{kind}"] = torch.cat([state.pop(name) for name in names])
+        names = [f"{prefix}mlp.{p}_proj.weight" for p in ("gate", "up")]
+        if all(name in state for name in names):
+            state[f"{prefix}mlp.gate_up_proj.weight"] = torch.cat([state.pop(name) for name in names])
+    for name in [name for name in state if "rotary_emb" in name]:
+        del state[name]     # inv_freq buffers some checkpoints carry; ours is derived from the config
+    return state
