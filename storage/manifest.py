@@ -1,6 +1,7 @@
 """The job's manifest, the commit of an output directory, and reading results back.
 
     OUTPUT/part-00000-00000.parquet   parts, written by write_part as shards finish
+    OUTPUT/errors.jsonl               optional: the failed rows (storage.errors_file)
     OUTPUT/_manifest.json             the parts that make up the result, in order
     OUTPUT/_SUCCESS                   written last: the output is committed
 
@@ -23,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import OutputError
+from storage.errors_file import ErrorsFileInfo, read_errors_file
 from storage.fs import join, redact, resolve
 from storage.write import PartInfo, write_bytes_atomic
 
@@ -43,6 +45,7 @@ class Manifest:
     schema: str  # encode_schema(output schema); gives the columns even when there are no parts
     stats: dict  # e.g. {"total": ..., "succeeded": ..., "failed": ...}, JSON-serialisable
     created_at: str  # ISO 8601, UTC
+    errors_file: ErrorsFileInfo | None = None  # from write_errors_file; None: the job wrote none
 
     def __post_init__(self) -> None:
         names = [part.name for part in self.parts]
@@ -67,8 +70,11 @@ class Manifest:
     def from_json(cls, text: str) -> Manifest:
         body = json.loads(text)
         parts = tuple(PartInfo(**part) for part in body["parts"])
+        # Manifests written before errors files existed have no such key.
+        errors_file = ErrorsFileInfo(**body["errors_file"]) if body.get("errors_file") else None
         return cls(job_id=body["job_id"], mode=body["mode"], model=body["model"], spec=body["spec"],
-                   parts=parts, schema=body["schema"], stats=body["stats"], created_at=body["created_at"])
+                   parts=parts, schema=body["schema"], stats=body["stats"], created_at=body["created_at"],
+                   errors_file=errors_file)
 
 
 def encode_schema(schema: pa.Schema) -> str:
@@ -84,7 +90,7 @@ def decode_schema(text: str) -> pa.Schema:
 
 
 def commit_output(output: str, manifest: Manifest, storage_options: dict | None = None) -> None:
-    """Check every listed part is there, write _manifest.json atomically, then _SUCCESS last."""
+    """Check every listed part (and errors file) is there, write _manifest.json atomically, then _SUCCESS last."""
     _check_parts_present(output, manifest, storage_options)
     write_bytes_atomic(output, MANIFEST_NAME, manifest.to_json().encode("utf-8"), storage_options)
     write_bytes_atomic(output, SUCCESS_NAME, b"", storage_options)
@@ -124,6 +130,16 @@ def read_results(output: str, storage_options: dict | None = None) -> pa.Table:
         raise OutputError(f"{redact(output)}: parts disagree on their schema ({error})") from error
 
 
+def read_errors(output: str, storage_options: dict | None = None) -> list[dict]:
+    """The committed output's failed rows, {"id": ..., "error": ...} each, from its errors file."""
+    if not is_committed(output, storage_options):
+        raise OutputError(f"{redact(output)}: has no {SUCCESS_NAME}; the output is not committed")
+    manifest = read_manifest(output, storage_options)
+    if manifest.errors_file is None:
+        raise OutputError(f"{redact(output)}: the job wrote no errors file")
+    return read_errors_file(output, manifest.errors_file, storage_options)
+
+
 def _read_part(fs, path: str, output: str, part: PartInfo) -> pa.Table:
     try:
         data = fs.cat_file(join(path, part.name))
@@ -138,14 +154,15 @@ def _read_part(fs, path: str, output: str, part: PartInfo) -> pa.Table:
 
 
 def _check_parts_present(output: str, manifest: Manifest, storage_options: dict | None) -> None:
-    """One listing, not a request per part: every part must exist with the size the manifest gives."""
+    """One listing, not a request per part: every listed file must exist with the size the manifest gives."""
     fs, path = resolve(output, storage_options)
     fs.invalidate_cache(path)
     try:
         sizes = {entry["name"].rstrip("/").rsplit("/", 1)[-1]: entry["size"] for entry in fs.ls(path, detail=True)}
     except FileNotFoundError:
         sizes = {}
-    wrong = [part.name for part in manifest.parts if sizes.get(part.name) != part.num_bytes]
+    listed = [*manifest.parts, *([manifest.errors_file] if manifest.errors_file else [])]
+    wrong = [entry.name for entry in listed if sizes.get(entry.name) != entry.num_bytes]
     if wrong:
         raise OutputError(f"{redact(output)}: cannot commit, parts missing or of the wrong size: {wrong[:10]}"
                           + (f" and {len(wrong) - 10} more" if len(wrong) > 10 else ""))
