@@ -7,7 +7,7 @@ committed result; then the manifest, the errors file, then the part files. Other
 from __future__ import annotations
 
 from storage.errors import OutputError
-from storage.fs import join, redact, resolve
+from storage.fs import describe, join, redact, resolve
 from storage.errors_file import ERRORS_NAME
 from storage.manifest import MANIFEST_NAME, SUCCESS_NAME
 
@@ -28,5 +28,6 @@ def clear_output(output: str, storage_options: dict | None = None) -> int:
             fs.rm(part)
             removed += 1
     except OSError as exc:
-        raise OutputError(f"{redact(output)}: cannot clear the previous result ({exc})") from exc
+        raise OutputError(f"{redact(output)}: cannot clear the previous result "
+                          f"({describe(exc, storage_options)})") from exc
     return removed

@@ -6,7 +6,7 @@ import posixpath
 from dataclasses import dataclass, field
 
 from storage.errors import InputError
-from storage.fs import redact, resolve, to_url
+from storage.fs import describe, redact, resolve, to_url
 from storage.partition import hive_partition, partition_root
 
 _GLOB_CHARS = ("*", "?", "[")
@@ -50,6 +50,15 @@ def list_inputs(input: str | list[str], storage_options: dict | None = None) -> 
 
 
 def _expand_one(url: str, storage_options: dict | None) -> list[ListedFile]:
+    try:
+        return _list_one(url, storage_options)
+    except InputError:
+        raise
+    except Exception as error:  # noqa: BLE001 - every backend raises its own kinds
+        raise InputError(f"{redact(url)}: cannot list the input ({describe(error, storage_options)})") from error
+
+
+def _list_one(url: str, storage_options: dict | None) -> list[ListedFile]:
     fs, path = resolve(url, storage_options)
     # fsspec keeps filesystems (and s3fs their listings) for the life of the process; a
     # long-lived planner must see files added since its last job.
