@@ -43,13 +43,15 @@ class ShardRecord:
     rows_succeeded: int
     rows_failed: int
     error: str | None
+    worker_id: str | None = None     # the worker that holds (or last held) the shard
 
     @classmethod
     def from_row(cls, row) -> "ShardRecord":
         return cls(job_id=row.job_id, shard_index=row.shard_index, plan=json.loads(row.plan),
                    num_rows=row.num_rows, status=ShardStatus(row.status), attempt=row.attempt,
                    token=row.token, part=json.loads(row.part) if row.part else None,
-                   rows_succeeded=row.rows_succeeded, rows_failed=row.rows_failed, error=row.error)
+                   rows_succeeded=row.rows_succeeded, rows_failed=row.rows_failed, error=row.error,
+                   worker_id=row.worker_id)
 
 
 @dataclass(frozen=True)

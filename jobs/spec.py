@@ -72,6 +72,9 @@ class JobSpec:
     and/or "shard.completed" (every shard). Needs `webhook_url`."""
     expires_after_s: float | None = None
     """Seconds after submission after which an unfinished job stops and is `expired`."""
+    priority: int = 5
+    """0 (lowest) to 9 (highest): the broker hands a higher-priority job's shards to
+    workers first (RabbitMQ and Redis; the embedded broker is first in, first out)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input, list):
@@ -109,6 +112,8 @@ class JobSpec:
         if (isinstance(self.max_rows_per_shard, bool) or not isinstance(self.max_rows_per_shard, int)
                 or self.max_rows_per_shard < 1):
             raise JobSpecError("max_rows_per_shard", f"must be a positive integer, got {self.max_rows_per_shard!r}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 9:
+            raise JobSpecError("priority", f"must be an integer from 0 (lowest) to 9 (highest), got {self.priority!r}")
         self._validate_params()
         self._validate_webhook_events()
         if self.expires_after_s is not None and (

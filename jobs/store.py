@@ -23,18 +23,12 @@ from sqlalchemy import Connection, create_engine, event, func, select, text, upd
 
 from jobs import tables
 from jobs.outbox import Outbox, insert_event
+from jobs.shard_store import ShardClaim, ShardCommitted, ShardEvents, ShardStore  # noqa: F401 (re-exported)
 from jobs.records import JobProgress, JobRecord, ShardRecord
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ShardStatus, check_transition
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-
-
-@dataclass(frozen=True)
-class ShardClaim:
-    token: str        # fencing token: only this attempt may commit the shard
-    attempt: int
-    plan: dict
 
 
 @dataclass(frozen=True)
@@ -47,27 +41,7 @@ class OutboxEvent:
     body: bytes
 
 
-@dataclass(frozen=True)
-class ShardCommitted:
-    """A shard commit as seen inside its transaction (the job row locked), so the
-    counts are exact even while other shards of the job commit concurrently."""
-
-    job_id: str
-    shard_index: int
-    rows_succeeded: int       # this shard's
-    rows_failed: int
-    part_name: str
-    shards_total: int
-    shards_finished: int      # committed or failed, this one included
-    job_rows_succeeded: int   # over the job's committed shards, this one included
-    job_rows_failed: int
-
-
-# Builds the opt-in webhook events of one commit (jobs.events.shard_events).
-ShardEvents = Callable[[ShardCommitted], list[OutboxEvent]]
-
-
-class Store:
+class Store(ShardStore):
     def __init__(self, url: str):
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
@@ -191,94 +165,6 @@ class Store:
                      .values(status=int(target), updated_at=time.time(), **values))
 
     # -- shards ------------------------------------------------------------------------
-
-    def list_shards(self, job_id: str) -> list[ShardRecord]:
-        query = select(tables.shards).where(tables.shards.c.job_id == job_id).order_by(tables.shards.c.shard_index)
-        with self.engine.connect() as conn:
-            return [ShardRecord.from_row(row) for row in conn.execute(query)]
-
-    def claim_shard(self, job_id: str, shard_index: int) -> ShardClaim | None:
-        """Take the shard under a new attempt token; None if it is finished or its job is."""
-        with self._job_transaction(job_id) as (conn, job):
-            if JobStatus(job.status) != JobStatus.RUNNING:
-                return None
-            shard = self._shard_row(conn, job_id, shard_index)
-            if ShardStatus(shard.status).is_finished:
-                return None
-            check_transition(ShardStatus(shard.status), ShardStatus.RUNNING)
-            token = uuid.uuid4().hex
-            self._update_shard(conn, job_id, shard_index, status=int(ShardStatus.RUNNING), token=token,
-                               attempt=shard.attempt + 1, started_at=time.time(), error=None)
-            return ShardClaim(token=token, attempt=shard.attempt + 1, plan=json.loads(shard.plan))
-
-    def commit_shard(self, job_id: str, shard_index: int, token: str, *, part: dict,
-                     rows_succeeded: int, rows_failed: int, events: ShardEvents | None = None) -> tuple[bool, bool]:
-        """Record the shard's part under its attempt token, and the webhook events that
-        `events` builds for it, in one transaction.
-
-        Returns (committed, job_is_ready): committed is False for a stale token (another
-        attempt took the shard over); job_is_ready is True for exactly the commit that
-        finished the job's last shard."""
-        return self._finish_shard(job_id, shard_index, token, ShardStatus.COMMITTED, events=events,
-                                  part=json.dumps(part), rows_succeeded=rows_succeeded, rows_failed=rows_failed)
-
-    def fail_shard(self, job_id: str, shard_index: int, token: str, error: str) -> tuple[bool, bool]:
-        return self._finish_shard(job_id, shard_index, token, ShardStatus.FAILED, error=error)
-
-    def release_shard(self, job_id: str, shard_index: int, token: str, error: str) -> bool:
-        """Give a running shard back for another attempt (after a retryable failure)."""
-        with self._job_transaction(job_id) as (conn, _job):
-            shard = self._shard_row(conn, job_id, shard_index)
-            if shard.token != token or ShardStatus(shard.status) != ShardStatus.RUNNING:
-                return False
-            self._update_shard(conn, job_id, shard_index, status=int(ShardStatus.PENDING), token=None, error=error)
-        return True
-
-    def _finish_shard(self, job_id: str, shard_index: int, token: str, target: ShardStatus,
-                      events: ShardEvents | None = None, **values) -> tuple[bool, bool]:
-        with self._job_transaction(job_id) as (conn, job):
-            shard = self._shard_row(conn, job_id, shard_index)
-            if shard.token != token or ShardStatus(shard.status) != ShardStatus.RUNNING:
-                return False, False
-            check_transition(ShardStatus(shard.status), target)
-            now = time.time()
-            self._update_shard(conn, job_id, shard_index, status=int(target), finished_at=now, **values)
-            if events is not None:
-                for event in events(self._shard_committed(conn, job_id, shard_index)):
-                    insert_event(conn, job_id, event, now)
-            is_ready = JobStatus(job.status) == JobStatus.RUNNING and self._num_unfinished(conn, job_id) == 0
-        return True, is_ready
-
-    def _shard_committed(self, conn: Connection, job_id: str, shard_index: int) -> ShardCommitted:
-        shard = tables.shards.c
-        finished = [int(s) for s in ShardStatus if s.is_finished and s != ShardStatus.CANCELLED]
-        counts = conn.execute(select(
-            func.count(), func.count().filter(shard.status.in_(finished)),
-            func.sum(shard.rows_succeeded).filter(shard.status == int(ShardStatus.COMMITTED)),
-            func.sum(shard.rows_failed).filter(shard.status == int(ShardStatus.COMMITTED)),
-        ).where(shard.job_id == job_id)).one()
-        row = self._shard_row(conn, job_id, shard_index)
-        return ShardCommitted(job_id=job_id, shard_index=shard_index, rows_succeeded=row.rows_succeeded,
-                              rows_failed=row.rows_failed, part_name=json.loads(row.part)["name"],
-                              shards_total=counts[0], shards_finished=counts[1],
-                              job_rows_succeeded=counts[2] or 0, job_rows_failed=counts[3] or 0)
-
-    def _shard_row(self, conn: Connection, job_id: str, shard_index: int):
-        shard = tables.shards.c
-        row = conn.execute(select(tables.shards).where(shard.job_id == job_id, shard.shard_index == shard_index)).one_or_none()
-        if row is None:
-            raise KeyError(f"no shard {shard_index} in job {job_id!r}")
-        return row
-
-    def _update_shard(self, conn: Connection, job_id: str, shard_index: int, **values) -> None:
-        shard = tables.shards.c
-        conn.execute(update(tables.shards).where(shard.job_id == job_id, shard.shard_index == shard_index)
-                     .values(updated_at=time.time(), **values))
-
-    def _num_unfinished(self, conn: Connection, job_id: str) -> int:
-        shard = tables.shards.c
-        unfinished = [int(s) for s in ShardStatus if not s.is_finished]
-        return conn.execute(select(func.count()).where(shard.job_id == job_id, shard.status.in_(unfinished))).scalar_one()
 
     # -- expiry ----------------------------------------------------------------------
 

@@ -43,7 +43,11 @@ shards = Table(
     Column("started_at", Float),
     Column("finished_at", Float),
     Column("updated_at", Float, nullable=False),
+    Column("worker_id", String(200)),                    # the worker holding the current attempt
+    Column("lease_expires_at", Float),                   # RUNNING: the holder renews it while working
+    Column("queued_at", Float),                          # last sent to the broker; NULL: not yet (window)
     PrimaryKeyConstraint("job_id", "shard_index"),
+    Index("ix_barge_shards_lease", "status", "lease_expires_at"),
 )
 
 webhook_events = Table(

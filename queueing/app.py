@@ -25,6 +25,10 @@ def create_app(settings: Settings) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         worker_prefetch_multiplier=1,
+        # Priorities (JobSpec.priority 0..9): RabbitMQ queues get x-max-priority; on
+        # Redis, kombu keeps one list per priority step and serves them in order.
+        task_queue_max_priority=10,
+        task_default_priority=5,
         worker_hijack_root_logger=False,
         # The filesystem transport has no fanout exchange for remote control.
         worker_enable_remote_control=not settings.is_embedded_broker,
@@ -49,7 +53,8 @@ def _transport_options(settings: Settings) -> dict:
         return {"data_folder_in": folder, "data_folder_out": folder, "store_processed": False,
                 "control_folder": str(settings.broker_dir / "control"), "polling_interval": 0.2}
     if settings.broker_url.startswith(("redis://", "rediss://")):
-        # Long GPU shards must not be handed to a second worker because Redis thinks the
-        # first one vanished; the lease work (a later issue) replaces this bound.
-        return {"visibility_timeout": 6 * 3600}
+        # visibility_timeout only matters for planning and finalizing (acknowledged late,
+        # and short); shards are acknowledged at start and kept safe by their leases.
+        return {"visibility_timeout": 3600, "priority_steps": list(range(10)), "sep": ":",
+                "queue_order_strategy": "priority"}
     return {}

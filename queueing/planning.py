@@ -41,10 +41,9 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
         return 0
     if not plans:
         runtime.send("barge.finalize_job", [job_id], CONTROL_QUEUE)
-    for plan in plans:
-        runtime.send("barge.run_shard", [job_id, plan["shard_index"]], model_queue(job.model_key))
-    log.info("job %s: %d rows in %d shards queued on %s", job_id, info.num_rows, len(plans),
-             model_queue(job.model_key))
+    num_sent = runtime.refill_window(job_id)
+    log.info("job %s: %d rows in %d shards; the first %d sent to %s", job_id, info.num_rows, len(plans),
+             num_sent, model_queue(job.model_key))
     return len(plans)
 
 

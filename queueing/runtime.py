@@ -1,19 +1,51 @@
-"""What one worker process holds between tasks: settings, the store, loaded engines."""
+"""What one worker process holds between tasks: settings, the store, loaded engines,
+its knobs, and whether it is draining."""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import time
 from dataclasses import dataclass, field
 
 from celery import Celery
 
 from jobs.models import ModelRef
+from jobs.records import JobRecord
 from jobs.settings import Settings
 from jobs.store import Store
-from queueing.routing import queue_name
+from queueing.routing import model_queue, queue_name
 
 log = logging.getLogger("barge.worker")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    lease_s: float = 60.0           # a shard's lease; renewed every lease_s / 4 while it runs
+    max_attempts: int = 3           # attempts (failures or lost leases) before a shard is dead-lettered
+    job_window: int = 4             # shards of one job on the broker at once (fair sharing)
+    drain_grace_s: float = 30.0     # after SIGTERM: finish the current shard within this, else release it
+    housekeeping_s: float = 2.0     # how often leases are reclaimed and windows refilled
+    requeue_after_s: float = 600.0  # a sent shard nobody claimed for this long is sent again
+    chunk_rows: int = 256           # rows per engine call; between calls the worker checks its claim
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "WorkerOptions":
+        env = os.environ if env is None else env
+        names = {"lease_s": "BARGE_LEASE_S", "max_attempts": "BARGE_MAX_ATTEMPTS", "job_window": "BARGE_JOB_WINDOW",
+                 "drain_grace_s": "BARGE_DRAIN_GRACE_S", "housekeeping_s": "BARGE_HOUSEKEEPING_S",
+                 "requeue_after_s": "BARGE_REQUEUE_AFTER_S", "chunk_rows": "BARGE_CHUNK_ROWS"}
+        values = {}
+        for name, variable in names.items():
+            if env.get(variable):
+                kind = type(getattr(cls, name))
+                try:
+                    values[name] = kind(env[variable])
+                except ValueError:
+                    raise ValueError(f"{variable}: {env[variable]!r} is not a {kind.__name__}") from None
+        return cls(**values)
 
 
 @dataclass
@@ -21,8 +53,11 @@ class Runtime:
     settings: Settings
     store: Store
     app: Celery
+    options: WorkerOptions = field(default_factory=WorkerOptions)
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     models: dict[str, ModelRef] = field(default_factory=dict)      # model key -> ref
     engines: dict[tuple[str, str], object] = field(default_factory=dict)   # (model key, mode) -> Engine
+    drain_deadline: float | None = None    # set on SIGTERM: monotonic time the current shard must end by
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def engine_for(self, model_key: str, mode: str):
@@ -39,9 +74,38 @@ class Runtime:
                 self.engines[(model_key, mode)] = engine
             return engine
 
-    def send(self, task_name: str, args: list, queue: str) -> None:
-        """Send a task to a logical queue (queueing.routing) of this deployment."""
-        self.app.send_task(task_name, args=args, queue=queue_name(self.settings.namespace, queue))
+    def send(self, task_name: str, args: list, queue: str, *, priority: int | None = None,
+             countdown: float | None = None) -> None:
+        """Send a task to a logical queue (queueing.routing) of this deployment.
+
+        `priority` is Barge's 0 (lowest) .. 9 (highest). RabbitMQ means the same; Redis
+        (kombu's priority steps) serves 0 first, so the scale is turned over there."""
+        options = {"countdown": countdown} if countdown else {}
+        if priority is not None and not self.settings.is_embedded_broker:
+            options["priority"] = 9 - priority if self.settings.broker_url.startswith("redis") else priority
+        self.app.send_task(task_name, args=args, queue=queue_name(self.settings.namespace, queue), **options)
+
+    def send_shards(self, job: JobRecord, shard_indices: list[int], *, countdown: float | None = None) -> None:
+        for shard_index in shard_indices:
+            self.send("barge.run_shard", [job.id, shard_index], model_queue(job.model_key),
+                      priority=job.spec.priority, countdown=countdown)
+
+    def refill_window(self, job_id: str) -> int:
+        """Send the job's next shards so that `job_window` of them are on the broker."""
+        free = self.options.job_window - self.store.num_in_flight(job_id)
+        indices = self.store.take_unsent(job_id, free) if free > 0 else []
+        if indices:
+            self.send_shards(self.store.get_job(job_id), indices)
+        return len(indices)
+
+    def begin_drain(self) -> None:
+        if self.drain_deadline is None:
+            self.drain_deadline = time.monotonic() + self.options.drain_grace_s
+            log.info("draining: taking no new shards; the current one has %.0fs to finish", self.options.drain_grace_s)
+
+    @property
+    def is_past_drain_deadline(self) -> bool:
+        return self.drain_deadline is not None and time.monotonic() > self.drain_deadline
 
 
 def attach_runtime(app: Celery, runtime: Runtime) -> None:

@@ -12,13 +12,16 @@ import logging
 import os
 import socket
 
+from celery.signals import worker_shutting_down
+
 from jobs.models import resolve_model
 from jobs.settings import Settings
 from jobs.store import Store
 from queueing.app import create_app
 from queueing.dispatch import Dispatcher
 from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
-from queueing.runtime import Runtime, attach_runtime
+from queueing.housekeeping import Housekeeper
+from queueing.runtime import Runtime, WorkerOptions, attach_runtime
 
 log = logging.getLogger("barge.worker")
 
@@ -30,7 +33,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     store = Store(settings.database_url)
     store.migrate()
     app = create_app(settings)
-    runtime = Runtime(settings=settings, store=store, app=app)
+    runtime = Runtime(settings=settings, store=store, app=app, options=WorkerOptions.from_env())
     for name in models:
         ref = resolve_model(name)
         runtime.models[ref.key] = ref
@@ -41,14 +44,20 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
               for queue in [CONTROL_QUEUE] + [model_queue(key) for key in runtime.models]]
     log.info("serving %s on %s", ", ".join(queues), _redact_url(settings.broker_url))
 
-    dispatcher = Dispatcher(runtime, interval_s=float(os.environ.get("BARGE_DISPATCH_INTERVAL_S", "2")))
-    dispatcher.start()
+    # SIGTERM (spot reclaim, scale-in): Celery stops consuming and waits for the running
+    # task; the shard loop sees the drain deadline and releases its shard if it passes.
+    worker_shutting_down.connect(lambda **_: runtime.begin_drain(), weak=False)
+    threads = [Dispatcher(runtime, interval_s=float(os.environ.get("BARGE_DISPATCH_INTERVAL_S", "2"))),
+               Housekeeper(runtime)]
+    for thread in threads:
+        thread.start()
     try:
         app.worker_main(["worker", "--pool=solo", "--queues", ",".join(queues),
                          "--hostname", f"barge-{os.getpid()}@{socket.gethostname()}",
                          "--without-mingle", "--without-gossip", "--loglevel", loglevel])
     finally:
-        dispatcher.stop()
+        for thread in threads:
+            thread.stop()
 
 
 def _redact_url(url: str) -> str:

@@ -1,6 +1,13 @@
 """The Celery tasks: thin wrappers that hand the worker's runtime to the real steps.
 
-Messages carry ids only (job id, shard index); everything else is read from SQL."""
+Messages carry ids only (job id, shard index); everything else is read from SQL.
+
+run_shard is acknowledged when it starts, not when it ends: a shard's safety comes from
+its lease in SQL (queueing.housekeeping reclaims the shard of a worker that died), so a
+long shard never outlives a broker's visibility timeout (Redis) or consumer timeout
+(RabbitMQ) and is never run twice because of one. Planning and finalizing are short
+and acknowledged late: a worker lost mid-way means the broker delivers them again.
+"""
 
 from __future__ import annotations
 
@@ -17,12 +24,9 @@ def plan_job(self, job_id: str) -> None:
         planning.plan_job(runtime, job_id)
 
 
-@shared_task(name="barge.run_shard", bind=True)
+@shared_task(name="barge.run_shard", bind=True, acks_late=False)
 def run_shard(self, job_id: str, shard_index: int) -> None:
-    outcome = worker.run_shard(runtime_of(self.app), job_id, shard_index)
-    if outcome.retry_in_s is not None:
-        # The attempt count lives in SQL (the shard row), not in Celery's retry counter.
-        raise self.retry(countdown=outcome.retry_in_s, max_retries=None)
+    worker.run_shard(runtime_of(self.app), job_id, shard_index)
 
 
 @shared_task(name="barge.finalize_job", bind=True)

@@ -1,4 +1,9 @@
-"""run_shard: read → infer → write → commit, for one shard under one attempt token."""
+"""run_shard: claim → read → infer (in chunks, under a lease) → write → commit.
+
+Between engine calls the worker checks that it still holds the shard (a cancelled or
+expired job, or a reclaimed lease, ends the attempt within seconds, committing
+nothing) and whether it is draining past its grace period (then it releases the shard
+for another worker)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import pyarrow as pa
 from jobs.events import shard_events
 from jobs.records import JobRecord
 from jobs.store import ShardClaim
+from queueing.failpoints import crash_if_poisoned
+from queueing.lease import LeaseKeeper
 from queueing.results import build_table
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
@@ -21,71 +28,113 @@ from storage.write import PartInfo, part_name, write_part
 
 log = logging.getLogger("barge.worker")
 
-MAX_SHARD_ATTEMPTS = 3
 RETRY_BASE_S = 2.0
+
+
+class AttemptStopped(Exception):
+    """The attempt ended before its commit: `reason` is "lost" or "draining"."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
 class ShardOutcome:
-    is_committed: bool           # False: the shard was finished, cancelled or taken over
+    status: str          # committed | dropped | lost | released | retrying | failed
     num_rows: int = 0
     rows_failed: int = 0
-    retry_in_s: float | None = None   # set when the shard was released for another attempt
 
 
 def run_shard(runtime: Runtime, job_id: str, shard_index: int) -> ShardOutcome:
-    store = runtime.store
-    claim = store.claim_shard(job_id, shard_index)
+    store, options = runtime.store, runtime.options
+    if runtime.drain_deadline is not None:   # draining: leave it on the queue's next reader
+        runtime.send_shards(store.get_job(job_id), [shard_index])
+        return ShardOutcome("released")
+    claim = store.claim_shard(job_id, shard_index, worker_id=runtime.worker_id, lease_s=options.lease_s)
     if claim is None:
-        log.info("job %s shard %d: nothing to do (finished, cancelled or job not running)", job_id, shard_index)
-        return ShardOutcome(is_committed=False)
+        log.info("job %s shard %d: dropped (finished, held by a live worker, or job not running)", job_id, shard_index)
+        return ShardOutcome("dropped")
     job = store.get_job(job_id)
     try:
-        part, outputs = _read_infer_write(runtime, job, claim)
+        with LeaseKeeper(store, job_id, shard_index, claim.token, options.lease_s) as lease:
+            part, outputs = _read_infer_write(runtime, job, claim, lease)
+    except AttemptStopped as stop:
+        return _stopped(runtime, job, shard_index, claim, stop.reason)
     except Exception as exc:   # not a bad row (those are data): the shard itself failed
-        return _handle_failure(runtime, job_id, shard_index, claim, exc)
-
-    rows_failed = sum(out.error is not None for out in outputs)
-    is_committed, job_is_ready = store.commit_shard(
-        job_id, shard_index, claim.token, part=dataclasses.asdict(part),
-        rows_succeeded=len(outputs) - rows_failed, rows_failed=rows_failed, events=shard_events(job))
-    if not is_committed:
-        log.warning("job %s shard %d: attempt %d lost its claim; its part is not committed",
-                    job_id, shard_index, claim.attempt)
-    if job_is_ready:
-        runtime.send("barge.finalize_job", [job_id], CONTROL_QUEUE)
-    return ShardOutcome(is_committed=is_committed, num_rows=len(outputs), rows_failed=rows_failed)
+        return _handle_failure(runtime, job, shard_index, claim, exc)
+    return _commit(runtime, job, shard_index, claim, part, outputs)
 
 
-def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim) -> tuple[PartInfo, list]:
+def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim,
+                      lease: LeaseKeeper) -> tuple[PartInfo, list]:
     shard = shard_plan(claim.plan)
     ids, inputs = read_rows(job, shard, claim.plan["global_row_start"])
+    crash_if_poisoned(inputs)
     engine = runtime.engine_for(job.model_key, job.spec.mode)
-    outputs = engine.encode(inputs, **job.spec.params)
+    outputs, chunk_rows = [], runtime.options.chunk_rows
+    for start in range(0, len(inputs), chunk_rows):
+        if lease.is_lost:
+            raise AttemptStopped("lost")
+        if runtime.is_past_drain_deadline:
+            raise AttemptStopped("draining")
+        outputs.extend(engine.encode(inputs[start:start + chunk_rows], **job.spec.params))
     schema = decode_schema(job.output_schema)
     dim = job.spec.params.get("dimensions") or engine.embedding_dim
     table = build_table(job.spec.mode, ids, outputs, id_column=job.spec.id_column, embedding_dim=dim).cast(schema)
     return write_part(job.spec.output, part_name(shard), table), outputs
 
 
-def _handle_failure(runtime: Runtime, job_id: str, shard_index: int, claim: ShardClaim,
+def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim, part: PartInfo,
+            outputs: list) -> ShardOutcome:
+    rows_failed = sum(out.error is not None for out in outputs)
+    is_committed, job_is_ready = runtime.store.commit_shard(
+        job.id, shard_index, claim.token, part=dataclasses.asdict(part),
+        rows_succeeded=len(outputs) - rows_failed, rows_failed=rows_failed, events=shard_events(job))
+    if not is_committed:
+        log.warning("job %s shard %d: attempt %d lost its claim; its part is not committed",
+                    job.id, shard_index, claim.attempt)
+        return ShardOutcome("lost")
+    _after_finish(runtime, job.id, job_is_ready)
+    return ShardOutcome("committed", num_rows=len(outputs), rows_failed=rows_failed)
+
+
+def _stopped(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim, reason: str) -> ShardOutcome:
+    if reason == "lost":
+        log.info("job %s shard %d: stopped, the claim is gone", job.id, shard_index)
+        return ShardOutcome("lost")
+    log.info("job %s shard %d: draining past the grace period, releasing it", job.id, shard_index)
+    if runtime.store.release_shard(job.id, shard_index, claim.token, None):
+        runtime.send_shards(job, [shard_index])
+    return ShardOutcome("released")
+
+
+def _handle_failure(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim,
                     exc: Exception) -> ShardOutcome:
     error = f"{type(exc).__name__}: {exc}"
     store = runtime.store
-    if claim.attempt < MAX_SHARD_ATTEMPTS:
-        log.warning("job %s shard %d attempt %d failed, will retry: %s", job_id, shard_index, claim.attempt, error)
-        store.release_shard(job_id, shard_index, claim.token, error)
-        return ShardOutcome(is_committed=False, retry_in_s=RETRY_BASE_S * 2 ** (claim.attempt - 1))
-    log.error("job %s shard %d failed on all %d attempts: %s", job_id, shard_index, claim.attempt, error)
-    _, job_is_ready = store.fail_shard(job_id, shard_index, claim.token, error)
+    if claim.attempt < runtime.options.max_attempts:
+        log.warning("job %s shard %d attempt %d failed, will retry: %s", job.id, shard_index, claim.attempt, error)
+        if store.release_shard(job.id, shard_index, claim.token, error):
+            runtime.send_shards(job, [shard_index], countdown=RETRY_BASE_S * 2 ** (claim.attempt - 1))
+        return ShardOutcome("retrying")
+    log.error("job %s shard %d dead-lettered after %d attempts: %s", job.id, shard_index, claim.attempt, error)
+    _, job_is_ready = store.fail_shard(job.id, shard_index, claim.token,
+                                       f"dead-lettered after {claim.attempt} attempts: {error}")
+    _after_finish(runtime, job.id, job_is_ready)
+    return ShardOutcome("failed")
+
+
+def _after_finish(runtime: Runtime, job_id: str, job_is_ready: bool) -> None:
     if job_is_ready:
         runtime.send("barge.finalize_job", [job_id], CONTROL_QUEUE)
-    return ShardOutcome(is_committed=False)
+    else:
+        runtime.refill_window(job_id)
 
 
 def shard_plan(plan: dict) -> ShardPlan:
     names = {field.name for field in dataclasses.fields(ShardPlan)}
-    values = {name: plan[name] for name in names}
+    values = {name: plan[name] for name in names if name in plan}
     values["row_groups"] = tuple(values["row_groups"])
     return ShardPlan(**values)
 

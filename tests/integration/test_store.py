@@ -113,13 +113,19 @@ def outbox_event(job_id: str) -> OutboxEvent:
 # --- schema ---------------------------------------------------------------------------
 
 
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+    from jobs.store import MIGRATIONS
+    return ScriptDirectory(str(MIGRATIONS)).get_current_head()
+
+
 def test_migrate_twice_is_idempotent(store, store_url):
     new_job(store)
     store.migrate()
     again = Store(store_url)
     again.migrate()
     with store.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == ["0002"]
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
     assert len(again.list_jobs()) == 1   # nothing dropped or recreated
     again.engine.dispose()
 
@@ -177,11 +183,17 @@ def test_start_job_plans_shards_once(store):
 
 def test_claim_then_redelivery_fences_the_stale_attempt(store):
     job_id = running_job(store, num_shards=1)
-    first = store.claim_shard(job_id, 0)
+    first = store.claim_shard(job_id, 0, worker_id="w1", lease_s=0.5)
     assert first.attempt == 1 and first.plan == make_plans(1)[0]
-    # The message is redelivered (the first worker looked dead): a new attempt takes over.
-    second = store.claim_shard(job_id, 0)
+    # A redelivered message while the first worker's lease is live is dropped.
+    assert store.claim_shard(job_id, 0, worker_id="w2") is None
+    assert store.renew_lease(job_id, 0, first.token, lease_s=0.5)
+    time.sleep(0.6)
+    # The lease ran out (the first worker looks dead): a new attempt takes over.
+    second = store.claim_shard(job_id, 0, worker_id="w2")
     assert second.attempt == 2 and second.token != first.token
+    assert not store.renew_lease(job_id, 0, first.token), "the stale attempt learns it lost the shard"
+    assert store.list_shards(job_id)[0].worker_id == "w2"
     assert commit(store, job_id, 0, first.token) == (False, False)
     assert store.fail_shard(job_id, 0, first.token, "late") == (False, False)
     assert not store.release_shard(job_id, 0, first.token, "late")

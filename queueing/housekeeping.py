@@ -1,0 +1,53 @@
+"""The housekeeper: every worker runs one, so recovery needs no extra process.
+
+Each pass: reclaim shards whose lease expired (their worker died or hung) and send
+them again, or dead-letter them; send again shards whose message seems lost; refill
+each running job's window of shards on the broker."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from jobs.status import ShardStatus
+from queueing.routing import CONTROL_QUEUE
+from queueing.runtime import Runtime
+
+log = logging.getLogger("barge.worker")
+
+
+def housekeep(runtime: Runtime) -> None:
+    store, options = runtime.store, runtime.options
+    for reclaimed in store.reclaim_expired(max_attempts=options.max_attempts):
+        if reclaimed.status == ShardStatus.PENDING:
+            log.warning("job %s shard %d: lease expired, sending it again", reclaimed.job_id, reclaimed.shard_index)
+            runtime.send_shards(store.get_job(reclaimed.job_id), [reclaimed.shard_index])
+        else:
+            log.error("job %s shard %d: dead-lettered after %d lost or failed attempts",
+                      reclaimed.job_id, reclaimed.shard_index, options.max_attempts)
+            if reclaimed.job_is_ready:
+                runtime.send("barge.finalize_job", [reclaimed.job_id], CONTROL_QUEUE)
+    for job_id, shard_index in store.stale_queued(options.requeue_after_s):
+        log.warning("job %s shard %d: sent %.0fs ago and never claimed, sending it again",
+                    job_id, shard_index, options.requeue_after_s)
+        store.touch_queued(job_id, shard_index)
+        runtime.send_shards(store.get_job(job_id), [shard_index])
+    for job_id in store.running_job_ids():
+        runtime.refill_window(job_id)
+
+
+class Housekeeper(threading.Thread):
+    def __init__(self, runtime: Runtime):
+        super().__init__(name="barge-housekeeper", daemon=True)
+        self.runtime = runtime
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.runtime.options.housekeeping_s):
+            try:
+                housekeep(self.runtime)
+            except Exception:   # a database or broker blip must not kill the thread
+                log.exception("housekeeping pass failed")
+
+    def stop(self) -> None:
+        self.stopped.set()
