@@ -28,6 +28,10 @@ def read_shard(
     `partition_columns`, the shard's hive partition values follow as constant
     string columns, one per key in `shard.partition` order. Raises InputError when
     the file no longer matches the plan (it changed since planning) or lacks a column.
+
+    NOTE: a row group the plan split across shards is fetched whole by each of them
+    (Parquet reads column chunks, not row ranges): inputs whose row groups are no
+    bigger than a shard are read once, byte for byte.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
