@@ -50,12 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--metadata", default="{}", help="JSON object echoed in status and webhooks")
     submit.add_argument("--if-exists", default="error", choices=["error", "replace"])
     submit.add_argument("--max-rows-per-shard", type=int, default=2048)
+    submit.add_argument("--priority", type=int, default=5, help="0 (lowest) to 9 (highest)")
     submit.add_argument("--wait", action="store_true", help="wait with a progress bar")
     submit.set_defaults(func=_submit)
 
     for name, func, help_text in (("status", _status, "show a job's progress"),
                                   ("wait", _wait, "wait for a job to finish"),
                                   ("cancel", _cancel, "cancel a job"),
+                                  ("retry", _retry, "re-run the failed or cancelled shards of a finished job"),
                                   ("results", _results, "print or save a finished job's results")):
         command = commands.add_parser(name, help=help_text)
         command.add_argument("job_id")
@@ -95,7 +97,7 @@ def _submit(args) -> int:
     spec = JobSpec(mode=args.mode, model=args.model, input=args.input if len(args.input) > 1 else args.input[0],
                    output=args.output, input_column=args.input_column, id_column=args.id_column,
                    webhook_url=args.webhook_url, params=params, metadata=json.loads(args.metadata),
-                   if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard,
+                   if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
                    webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after)
     job = Client().submit(spec)
     print(f"job {job.id} queued")
@@ -121,6 +123,17 @@ def _cancel(args) -> int:
     cancelled = Client().job(args.job_id).cancel()
     print("cancelled" if cancelled else "already finished")
     return 0 if cancelled else 1
+
+
+def _retry(args) -> int:
+    client = Client()
+    try:
+        job = client.retry(args.job_id)
+    except ValueError as exc:
+        print(f"barge: {exc}", file=sys.stderr)
+        return 1
+    print(f"job {job.id} re-opened: {job.status().status}")
+    return 0
 
 
 def _results(args) -> int:

@@ -51,6 +51,14 @@ class Client:
         self._send("barge.plan_job", [job_id])
         return Job(self, job_id, webhook_secret=secret)
 
+    def retry(self, job: "Job | str") -> "Job":
+        """Re-run only the failed or cancelled shards of a failed, cancelled or expired
+        job (a job that never got planned is planned afresh). Committed parts stay."""
+        job_id = job.id if isinstance(job, Job) else job
+        status = self.store.retry_job(job_id)
+        self._send("barge.resume_job" if status == JobStatus.RUNNING else "barge.plan_job", [job_id])
+        return Job(self, job_id)
+
     def job(self, job_id: str) -> "Job":
         self.store.get_job(job_id)   # KeyError for an unknown id
         return Job(self, job_id)

@@ -44,6 +44,8 @@ class ShardRecord:
     rows_failed: int
     error: str | None
     worker_id: str | None = None     # the worker that holds (or last held) the shard
+    started_at: float | None = None  # the current (or last) attempt's start
+    finished_at: float | None = None
 
     @classmethod
     def from_row(cls, row) -> "ShardRecord":
@@ -51,7 +53,7 @@ class ShardRecord:
                    num_rows=row.num_rows, status=ShardStatus(row.status), attempt=row.attempt,
                    token=row.token, part=json.loads(row.part) if row.part else None,
                    rows_succeeded=row.rows_succeeded, rows_failed=row.rows_failed, error=row.error,
-                   worker_id=row.worker_id)
+                   worker_id=row.worker_id, started_at=row.started_at, finished_at=row.finished_at)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ class Settings:
     database_url: str     # SQLAlchemy URL: sqlite:///... or postgresql+psycopg://...
     broker_url: str       # "filesystem://" (embedded), amqp://..., redis://...
     namespace: str = "barge"   # prefix of every queue name on the broker
+    visibility_timeout_s: float = 3600.0   # Redis: an unacknowledged message is redelivered after this
 
     @property
     def is_embedded_broker(self) -> bool:
@@ -37,4 +38,6 @@ class Settings:
             database_url = "postgresql+psycopg://" + database_url.removeprefix("postgresql://")
         broker_url = env.get("BARGE_BROKER_URL") or "filesystem://"
         namespace = env.get("BARGE_NAMESPACE") or "barge"
-        return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url, namespace=namespace)
+        visibility_timeout_s = float(env.get("BARGE_VISIBILITY_TIMEOUT_S") or 3600.0)
+        return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url, namespace=namespace,
+                   visibility_timeout_s=visibility_timeout_s)

@@ -51,9 +51,12 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
                                   JobStatus.EXPIRED}),
     JobStatus.FINALIZING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED}),
     JobStatus.SUCCEEDED: frozenset(),
-    JobStatus.FAILED: frozenset(),
-    JobStatus.CANCELLED: frozenset(),
-    JobStatus.EXPIRED: frozenset(),
+    # Final, except that `Client.retry` re-runs what a failed, cancelled or expired job
+    # left undone: back to RUNNING with its unfinished shards, or to QUEUED if it never
+    # got as far as planning.
+    JobStatus.FAILED: frozenset({JobStatus.RUNNING, JobStatus.QUEUED}),
+    JobStatus.CANCELLED: frozenset({JobStatus.RUNNING, JobStatus.QUEUED}),
+    JobStatus.EXPIRED: frozenset({JobStatus.RUNNING, JobStatus.QUEUED}),
 }
 
 SHARD_TRANSITIONS: dict[ShardStatus, frozenset[ShardStatus]] = {
@@ -62,8 +65,9 @@ SHARD_TRANSITIONS: dict[ShardStatus, frozenset[ShardStatus]] = {
     ShardStatus.RUNNING: frozenset({ShardStatus.RUNNING, ShardStatus.PENDING, ShardStatus.COMMITTED,
                                     ShardStatus.FAILED, ShardStatus.CANCELLED}),
     ShardStatus.COMMITTED: frozenset(),
-    ShardStatus.FAILED: frozenset(),
-    ShardStatus.CANCELLED: frozenset(),
+    # A retried job runs its failed and cancelled shards again (committed ones stay).
+    ShardStatus.FAILED: frozenset({ShardStatus.PENDING}),
+    ShardStatus.CANCELLED: frozenset({ShardStatus.PENDING}),
 }
 
 

@@ -159,6 +159,27 @@ class Store(ShardStore):
                 insert_event(conn, job_id, event, now)
         return True
 
+    def retry_job(self, job_id: str) -> JobStatus:
+        """Re-open a failed, cancelled or expired job: its failed and cancelled shards go
+        back to PENDING with a fresh attempt budget, committed ones stay. Returns the
+        job's new status: RUNNING (resume its shards) or QUEUED (plan it afresh)."""
+        now = time.time()
+        shard = tables.shards.c
+        with self._job_transaction(job_id) as (conn, job):
+            status = JobStatus(job.status)
+            if status not in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED):
+                raise ValueError(f"job {job_id} is {status}: only a failed, cancelled or expired job can be retried")
+            num_shards = conn.execute(select(func.count()).where(shard.job_id == job_id)).scalar_one()
+            target = JobStatus.RUNNING if num_shards else JobStatus.QUEUED
+            spec = JobSpec.from_dict(json.loads(job.spec))
+            self._set_job_status(conn, job, target, error=None, finished_at=None,
+                                 expires_at=now + spec.expires_after_s if spec.expires_after_s else None)
+            conn.execute(update(tables.shards).where(
+                shard.job_id == job_id, shard.status.in_([int(ShardStatus.FAILED), int(ShardStatus.CANCELLED)]))
+                .values(status=int(ShardStatus.PENDING), attempt=0, token=None, error=None, queued_at=None,
+                        lease_expires_at=None, finished_at=None, updated_at=now))
+        return target
+
     def _set_job_status(self, conn: Connection, job, target: JobStatus, **values) -> None:
         check_transition(JobStatus(job.status), target)
         conn.execute(update(tables.jobs).where(tables.jobs.c.id == job.id)

@@ -55,6 +55,6 @@ def _transport_options(settings: Settings) -> dict:
     if settings.broker_url.startswith(("redis://", "rediss://")):
         # visibility_timeout only matters for planning and finalizing (acknowledged late,
         # and short); shards are acknowledged at start and kept safe by their leases.
-        return {"visibility_timeout": 3600, "priority_steps": list(range(10)), "sep": ":",
+        return {"visibility_timeout": settings.visibility_timeout_s, "priority_steps": list(range(10)), "sep": ":",
                 "queue_order_strategy": "priority"}
     return {}

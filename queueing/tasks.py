@@ -29,6 +29,12 @@ def run_shard(self, job_id: str, shard_index: int) -> None:
     worker.run_shard(runtime_of(self.app), job_id, shard_index)
 
 
+@shared_task(name="barge.resume_job", bind=True)
+def resume_job(self, job_id: str) -> None:
+    """A retried job: send its window of shards again."""
+    runtime_of(self.app).refill_window(job_id)
+
+
 @shared_task(name="barge.finalize_job", bind=True)
 def finalize_job(self, job_id: str) -> None:
     runtime = runtime_of(self.app)

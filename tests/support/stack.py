@@ -33,11 +33,12 @@ class Stack:
         from jobs.settings import Settings
         return Client(settings=Settings.from_env(self.env))
 
-    def start_worker(self, model: str = "minilm", *, timeout_s: float = 180.0) -> subprocess.Popen:
+    def start_worker(self, model: str = "minilm", *, timeout_s: float = 180.0,
+                     env: dict[str, str] | None = None) -> subprocess.Popen:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.data_dir / f"worker-{len(self.workers)}.log"
         log = open(log_path, "wb")
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, **(env or {})}
         process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", model],
                                    env=env, stdout=log, stderr=subprocess.STDOUT)
         process.log_path = log_path
@@ -66,9 +67,9 @@ class Stack:
 
 
 @contextmanager
-def stack(backend: str, data_dir: Path):
+def stack(backend: str, data_dir: Path, env: dict[str, str] | None = None):
     env = {"BARGE_DATA_DIR": str(data_dir), "BARGE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
-           "BARGE_WEBHOOK_RETRY_BASE_S": "0.2", "BARGE_DISPATCH_INTERVAL_S": "0.5"}
+           "BARGE_WEBHOOK_RETRY_BASE_S": "0.2", "BARGE_DISPATCH_INTERVAL_S": "0.5", **(env or {})}
     database = None
     if backend != "embedded":
         database = f"barge_test_{uuid.uuid4().hex[:10]}"

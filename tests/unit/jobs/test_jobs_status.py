@@ -16,12 +16,17 @@ ALLOWED_JOB = {
     (JobStatus.RUNNING, JobStatus.FINALIZING), (JobStatus.RUNNING, JobStatus.FAILED),
     (JobStatus.RUNNING, JobStatus.CANCELLED), (JobStatus.RUNNING, JobStatus.EXPIRED),
     (JobStatus.FINALIZING, JobStatus.SUCCEEDED), (JobStatus.FINALIZING, JobStatus.FAILED),
+    # Client.retry re-opens a failed, cancelled or expired job.
+    (JobStatus.FAILED, JobStatus.RUNNING), (JobStatus.FAILED, JobStatus.QUEUED),
+    (JobStatus.CANCELLED, JobStatus.RUNNING), (JobStatus.CANCELLED, JobStatus.QUEUED),
+    (JobStatus.EXPIRED, JobStatus.RUNNING), (JobStatus.EXPIRED, JobStatus.QUEUED),
 }
 ALLOWED_SHARD = {
     (ShardStatus.PENDING, ShardStatus.RUNNING), (ShardStatus.PENDING, ShardStatus.CANCELLED),
     (ShardStatus.RUNNING, ShardStatus.RUNNING), (ShardStatus.RUNNING, ShardStatus.PENDING),
     (ShardStatus.RUNNING, ShardStatus.COMMITTED), (ShardStatus.RUNNING, ShardStatus.FAILED),
     (ShardStatus.RUNNING, ShardStatus.CANCELLED),
+    (ShardStatus.FAILED, ShardStatus.PENDING), (ShardStatus.CANCELLED, ShardStatus.PENDING),
 }
 
 JOB_PAIRS = list(itertools.product(JobStatus, repeat=2))
@@ -59,9 +64,15 @@ def test_invalid_transition_is_a_value_error():
 
 
 @pytest.mark.parametrize("status", list(JobStatus) + list(ShardStatus), ids=str)
-def test_a_finished_state_has_no_way_out(status):
+def test_a_finished_state_has_no_way_out_but_a_retry(status):
     table = JOB_TRANSITIONS if isinstance(status, JobStatus) else SHARD_TRANSITIONS
-    assert (not table[status]) is status.is_finished
+    if not status.is_finished:
+        assert table[status]
+    elif status is JobStatus.SUCCEEDED or status is ShardStatus.COMMITTED:
+        assert not table[status]
+    else:   # only Client.retry leaves it: a job re-opens, a shard goes back to pending
+        retry_targets = {JobStatus.RUNNING, JobStatus.QUEUED} if isinstance(status, JobStatus) else {ShardStatus.PENDING}
+        assert set(table[status]) == retry_targets
 
 
 def test_job_is_finished_from_succeeded_on():
