@@ -3,12 +3,14 @@
 NOTE: the batch is one flat run of tokens from many sequences, decodes first:
 
     tokens:  [d0 d1 d2 | p0 p0 p0 p0 | p1 p1]      d = one decode token, p = a prefill chunk
-    cache:   [num_blocks * block_size, num_kv_heads, head_dim] per layer, K and V apart
+    cache:   [num_kv_heads, num_blocks, block_size, head_dim] per layer, K and V apart
 
 Every new token's K/V is written to its slot first; then each sequence attends over
 its whole context (cached tokens + new ones) gathered back from its block table.
-On CPU that gather plus torch SDPA is the kernel: correct, and fast enough that the
-matmuls dominate. A GPU build swaps this module for a Triton paged-attention kernel.
+On CPU that gather plus batched matmuls is the kernel: correct, and cheap enough
+beside the weight matmuls. Decodes go in groups of similar context length, so the
+padding each group pays stays small, and grouped-query heads share their K/V rather
+than copying it per query head. A GPU build swaps this module for a Triton kernel.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import torch.nn.functional as F
 
 
 @dataclass
-class DecodeBatch:
-    """Sequences that add exactly one token this step, attended in one padded SDPA call."""
+class DecodeGroup:
+    """Sequences that add exactly one token this step, of similar context length."""
 
-    slots: torch.Tensor         # long [num_decodes, max_context_len]: cache slot of each context token (0 = padding)
-    mask: torch.Tensor          # bool [num_decodes, 1, 1, max_context_len]: True where a real context token is
+    start: int                  # index of the group's first token in the flat batch
+    block_table: torch.Tensor   # long [num_seqs, max_num_blocks]: each sequence's blocks (0 = padding)
+    bias: torch.Tensor          # [num_seqs, max_num_blocks * block_size]: 0 on real context tokens, -inf beyond
 
 
 @dataclass
@@ -33,48 +36,65 @@ class PrefillChunk:
 
     start: int                  # index of its first token in the flat batch
     num_new_tokens: int
-    slots: torch.Tensor | None  # long [num_context_tokens]; None when nothing is cached before it
+    block_ids: torch.Tensor | None  # long [num_blocks]: its block table; None when nothing is cached before it
+    num_context_tokens: int
     mask: torch.Tensor | None   # bool [num_new_tokens, num_context_tokens]; None means plain causal
 
 
 @dataclass
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # long [num_tokens]: where each new token's K/V is written
-    num_decodes: int            # the first num_decodes tokens are one-token decodes
-    decode: DecodeBatch | None
+    decodes: list[DecodeGroup]  # the first tokens, one per decoding sequence
     prefills: list[PrefillChunk]
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """q [num_tokens, num_heads, head_dim], k/v [num_tokens, num_kv_heads, head_dim] -> like q."""
-    k_cache.index_copy_(0, meta.slot_mapping, k)
-    v_cache.index_copy_(0, meta.slot_mapping, v)
+    num_kv_heads, head_dim = k_cache.shape[0], k_cache.shape[-1]
+    k_cache.view(num_kv_heads, -1, head_dim).index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
+    v_cache.view(num_kv_heads, -1, head_dim).index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
     out = torch.empty_like(q)
-    if meta.decode is not None:
-        out[:meta.num_decodes] = _decode(q[:meta.num_decodes], k_cache, v_cache, meta.decode, scale)
+    for group in meta.decodes:
+        rows = slice(group.start, group.start + group.block_table.shape[0])
+        out[rows] = _decode(q[rows], k_cache, v_cache, group, scale)
     for chunk in meta.prefills:
         rows = slice(chunk.start, chunk.start + chunk.num_new_tokens)
-        if chunk.slots is None:     # nothing cached: attend over the new tokens as they are
-            keys, values = k[rows], v[rows]
+        if chunk.block_ids is None:     # nothing cached: attend over the new tokens as they are
+            keys, values = k[rows].transpose(0, 1), v[rows].transpose(0, 1)
         else:
-            keys, values = k_cache[chunk.slots], v_cache[chunk.slots]
+            keys = _gather_blocks(k_cache, chunk.block_ids)[:, :chunk.num_context_tokens]
+            values = _gather_blocks(v_cache, chunk.block_ids)[:, :chunk.num_context_tokens]
         out[rows] = _attend(q[rows], keys, values, chunk.mask, scale)
     return out
 
 
-def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: DecodeBatch,
+def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup,
             scale: float) -> torch.Tensor:
-    keys = k_cache[batch.slots].transpose(1, 2)       # [num_decodes, num_kv_heads, max_context_len, head_dim]
-    values = v_cache[batch.slots].transpose(1, 2)
-    out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=batch.mask,
-                                         scale=scale, enable_gqa=True)
-    return out.squeeze(2)
+    """q [num_seqs, num_heads, head_dim]: one query per sequence, as two batched matmuls
+    with the kv head leading, so each K/V row is read once for all the query heads it serves."""
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads, context_len = k_cache.shape[0], group.bias.shape[1]
+    group_size = num_heads // num_kv_heads
+    keys = _gather_blocks(k_cache, group.block_table).view(num_kv_heads * num_seqs, context_len, head_dim)
+    values = _gather_blocks(v_cache, group.block_table).view(num_kv_heads * num_seqs, context_len, head_dim)
+    # query head h is served by kv head h // group_size, as in Hugging Face's repeat_kv
+    queries = q.view(num_seqs, num_kv_heads, group_size, head_dim).transpose(0, 1).reshape(-1, group_size, head_dim)
+    scores = torch.bmm(queries, keys.transpose(1, 2)).view(num_kv_heads, num_seqs, group_size, context_len)
+    weights = (scores * scale + group.bias[None, :, None, :]).softmax(dim=-1)
+    out = torch.bmm(weights.view(-1, group_size, context_len), values)
+    return out.view(num_kv_heads, num_seqs, group_size, head_dim).transpose(0, 1).reshape(num_seqs, num_heads, head_dim)
+
+
+def _gather_blocks(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
+    """cache [kv_heads, num_blocks, block_size, dim], block_ids [..., n] -> [kv_heads, ..., n * block_size, dim].
+    Whole blocks are copied (block_size * head_dim contiguous values each), not token by token."""
+    return cache[:, block_ids].flatten(-3, -2)
 
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
             scale: float) -> torch.Tensor:
-    """One sequence: q [n, heads, dim] over keys/values [context, kv_heads, dim]."""
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1),
-                                         attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)
+    """One sequence: q [n, heads, dim] over keys/values [kv_heads, context, dim]."""
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask,
+                                         is_causal=mask is None, scale=scale, enable_gqa=True)
     return out.transpose(0, 1)

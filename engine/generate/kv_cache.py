@@ -6,7 +6,7 @@ import torch
 
 from engine.generate.model_config import DecoderConfig
 
-KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # per layer: (k, v), each [num_blocks * block_size, num_kv_heads, head_dim]
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # per layer: (k, v), each [num_kv_heads, num_blocks, block_size, head_dim]
 
 
 def bytes_per_block(config: DecoderConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -37,6 +37,7 @@ def num_blocks_from_memory(config: DecoderConfig, block_size: int, dtype: torch.
 def allocate_kv_cache(config: DecoderConfig, num_blocks: int, block_size: int, dtype: torch.dtype,
                       device: torch.device) -> KVCache:
     # Zeros, not empty: padded decode rows read slot 0 under a mask, and 0 * NaN would leak.
-    cache = torch.zeros(config.num_layers, 2, num_blocks * block_size, config.num_kv_heads, config.head_dim,
+    # kv head first: a gather of blocks is then [num_kv_heads, ..., head_dim], ready for batched matmuls.
+    cache = torch.zeros(config.num_layers, 2, config.num_kv_heads, num_blocks, block_size, config.head_dim,
                         dtype=dtype, device=device)
     return [(cache[layer, 0], cache[layer, 1]) for layer in range(config.num_layers)]

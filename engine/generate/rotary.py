@@ -10,20 +10,26 @@ from engine.generate.model_config import DecoderConfig
 
 
 class Rotary:
-    """Rotates q and k by their positions. A plain object, not a module: it holds no weights,
-    and cos/sin are computed per step from the positions, so there is no table to size."""
+    """cos/sin for a step's positions. A plain object, not a module: it holds no weights,
+    and the angles are computed once per step from the positions (no table to size),
+    then shared by every layer."""
 
     def __init__(self, config: DecoderConfig):
         self.inv_freq = rope_inv_freq(config)      # float32 [head_dim // 2]
 
-    def __call__(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [num_tokens]; q/k [num_tokens, heads, head_dim]."""
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [num_tokens] -> cos, sin [num_tokens, 1, head_dim]."""
         if self.inv_freq.device != positions.device:
             self.inv_freq = self.inv_freq.to(positions.device)
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        angles = torch.cat((freqs, freqs), dim=-1)[:, None, :]       # [num_tokens, 1, head_dim]
-        cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        angles = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q/k [num_tokens, heads, head_dim] rotated by their positions' angles."""
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -6,12 +6,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.generate.attention import AttentionMetadata, DecodeBatch, PrefillChunk
+from engine.generate.attention import AttentionMetadata, DecodeGroup, PrefillChunk
 from engine.generate.kv_cache import KVCache
 from engine.generate.request import Request
 from engine.generate.sampler import Sampler, top_logprobs
 from engine.generate.scheduler import SchedulerOutput
 from engine.models.llama import LlamaForCausalLM
+
+PADDING_SLACK = 1.25      # a decode group may pad its context up to 25% beyond the real tokens
 
 
 @dataclass
@@ -54,7 +56,9 @@ class ModelRunner:
 
     def prepare(self, output: SchedulerOutput) -> ForwardBatch:
         counts = output.num_scheduled_tokens
-        decodes = [r for r in output.requests if counts[r.request_id] == 1]
+        # Decodes first, longest context first, so that groups of similar length are adjacent.
+        decodes = sorted((r for r in output.requests if counts[r.request_id] == 1),
+                         key=lambda r: r.num_computed_tokens, reverse=True)
         prefills = [r for r in output.requests if counts[r.request_id] > 1]
         input_ids, positions, slots = [], [], []
         sample_requests, sample_rows, prompt_rows, chunks = [], [], {}, []
@@ -71,8 +75,8 @@ class ModelRunner:
                 prompt_rows[request.request_id] = self._prompt_rows(request, start, first, num_new)
             if num_new > 1:
                 chunks.append(self._prefill_chunk(request, start, num_new))
-        meta = AttentionMetadata(torch.tensor(slots, dtype=torch.long, device=self.device), len(decodes),
-                                 self._decode_batch(decodes), chunks)
+        meta = AttentionMetadata(torch.tensor(slots, dtype=torch.long, device=self.device),
+                                 self._decode_groups(decodes), chunks)
         return ForwardBatch(torch.tensor(input_ids, dtype=torch.long, device=self.device),
                             torch.tensor(positions, dtype=torch.long, device=self.device), meta,
                             sample_requests, sample_rows, prompt_rows)
@@ -91,28 +95,37 @@ class ModelRunner:
     def _prefill_chunk(self, request: Request, start: int, num_new: int) -> PrefillChunk:
         num_cached = request.num_computed_tokens
         if num_cached == 0:
-            return PrefillChunk(start, num_new, None, None)
+            return PrefillChunk(start, num_new, None, 0, None)
         num_context = num_cached + num_new
-        slots = torch.tensor(self._slots(request, 0, num_context), dtype=torch.long, device=self.device)
+        block_ids = torch.tensor(request.block_ids, dtype=torch.long, device=self.device)
         # Query i sits at position num_cached + i and sees keys up to and including it.
         query_positions = torch.arange(num_cached, num_context, device=self.device)[:, None]
         mask = torch.arange(num_context, device=self.device)[None, :] <= query_positions
-        return PrefillChunk(start, num_new, slots, mask)
+        return PrefillChunk(start, num_new, block_ids, num_context, mask)
 
-    def _decode_batch(self, decodes: list[Request]) -> DecodeBatch | None:
-        if not decodes:
-            return None
+    def _decode_groups(self, decodes: list[Request]) -> list[DecodeGroup]:
+        """Split decodes (sorted by context length, longest first) where padding to the
+        group's longest context would cost more than PADDING_SLACK of the real work."""
+        groups, start = [], 0
+        while start < len(decodes):
+            longest, total, end = decodes[start].num_computed_tokens + 1, 0, start
+            while end < len(decodes) and (end - start + 1) * longest <= PADDING_SLACK * (
+                    total + decodes[end].num_computed_tokens + 1):
+                total += decodes[end].num_computed_tokens + 1
+                end += 1
+            groups.append(self._decode_group(decodes[start:end], start))
+            start = end
+        return groups
+
+    def _decode_group(self, decodes: list[Request], start: int) -> DecodeGroup:
         context_lens = torch.tensor([r.num_computed_tokens + 1 for r in decodes], device=self.device)
         max_blocks = max(len(r.block_ids) for r in decodes)
         table = torch.zeros(len(decodes), max_blocks, dtype=torch.long, device=self.device)
         for row, request in enumerate(decodes):
             table[row, :len(request.block_ids)] = torch.tensor(request.block_ids, dtype=torch.long)
-        offsets = torch.arange(self.block_size, device=self.device)
-        slots = (table[:, :, None] * self.block_size + offsets).view(len(decodes), -1)
-        max_context = int(context_lens.max())
-        slots = slots[:, :max_context]
-        mask = torch.arange(max_context, device=self.device)[None, :] < context_lens[:, None]
-        return DecodeBatch(slots * mask, mask[:, None, None, :])
+        is_real = torch.arange(max_blocks * self.block_size, device=self.device)[None, :] < context_lens[:, None]
+        bias = torch.zeros(is_real.shape, device=self.device).masked_fill(~is_real, float("-inf"))
+        return DecodeGroup(start, table, bias.to(self.model.lm_head.weight.dtype))
 
     def _prompt_logprobs(self, output: SchedulerOutput, batch: ForwardBatch,
                          logits: torch.Tensor) -> dict[int, list[dict[int, float]]]:

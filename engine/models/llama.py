@@ -12,10 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.generate.attention import AttentionMetadata, paged_attention
+from engine.generate.kv_cache import KVCache
 from engine.generate.model_config import DecoderConfig
-from engine.generate.rotary import Rotary
+from engine.generate.rotary import Rotary, apply_rotary
 
-KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # per layer: (k, v), each [num_slots, num_kv_heads, head_dim]
+Rope = tuple[torch.Tensor, torch.Tensor]     # cos, sin [num_tokens, 1, head_dim], computed once per step
+
 
 
 class RMSNorm(nn.Module):
@@ -33,7 +35,7 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config: DecoderConfig, rotary: Rotary):
+    def __init__(self, config: DecoderConfig):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -41,10 +43,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
-        self.rotary = rotary
         self.scale = self.head_dim ** -0.5
 
-    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+    def forward(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
                 kv_cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
@@ -52,7 +53,7 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
+        q, k = apply_rotary(q, k, *rope)
         out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
         return self.o_proj(out.reshape(-1, self.q_size))
 
@@ -70,23 +71,23 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: DecoderConfig, rotary: Rotary):
+    def __init__(self, config: DecoderConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config, rotary)
+        self.self_attn = Attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, hidden, positions, meta, kv_cache):
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), positions, meta, kv_cache)
+    def forward(self, hidden, rope, meta, kv_cache):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rope, meta, kv_cache)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: DecoderConfig, rotary: Rotary):
+    def __init__(self, config: DecoderConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, rotary) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
@@ -96,8 +97,8 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config: DecoderConfig):
         super().__init__()
         self.config = config
-        rotary = Rotary(config)    # shared by every layer: one cos/sin table
-        self.model = LlamaModel(config, rotary)
+        self.rotary = Rotary(config)
+        self.model = LlamaModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
     def tie_weights(self) -> None:
@@ -107,8 +108,9 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_cache: KVCache) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
+        rope = self.rotary.cos_sin(positions, hidden.dtype)
         for layer, layer_cache in zip(self.model.layers, kv_cache):
-            hidden = layer(hidden, positions, meta, layer_cache)
+            hidden = layer(hidden, rope, meta, layer_cache)
         return self.model.norm(hidden)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
