@@ -87,7 +87,7 @@ class LLMEngine:
             self.step()
             num_steps += 1
         for row, request in requests.items():
-            outputs[row] = self._output(request)
+            outputs[row] = self.to_output(request)
         self.last_run = RunStats(len(requests), sum(r.num_prompt_tokens for r in requests.values()),
                                  sum(r.num_cached_tokens for r in requests.values()),
                                  sum(r.num_output_tokens for r in requests.values()), num_steps,
@@ -137,8 +137,7 @@ class LLMEngine:
             if not cuts:
                 continue
             request.stop_text_len = min(cuts)
-            was_finished = request.is_finished
-            if was_finished:
+            if request.is_finished:         # max_tokens was reached by the very token that completed the stop
                 request.status = RequestStatus.FINISHED_STOPPED
             else:
                 self.scheduler.finish(request, RequestStatus.FINISHED_STOPPED)
@@ -192,7 +191,8 @@ class LLMEngine:
             if (getattr(params, name) or 0) > vocab:
                 raise ValueError(f"{name} must be at most the vocabulary size {vocab}, got {getattr(params, name)}")
 
-    def _output(self, request: Request) -> GenerationOutput:
+    def to_output(self, request: Request) -> GenerationOutput:
+        """A finished (or aborted) request as the GenerationOutput generate would return."""
         text = self.tokenizer.decode(request.output_token_ids)
         if request.stop_text_len is not None:
             text = text[:request.stop_text_len]

@@ -38,24 +38,25 @@ class Sampler:
         return chosen, logprobs
 
     def _draw(self, logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
-        temperatures = torch.tensor([r.params.temperature for r in requests], dtype=logits.dtype)
+        temperatures = torch.tensor([r.params.temperature for r in requests], dtype=logits.dtype, device=logits.device)
         logits = logits / temperatures[:, None]
         if any(r.params.top_k is not None or r.params.top_p < 1.0 for r in requests):
             logits = _top_k_top_p(logits, requests)
         probs = logits.softmax(dim=-1)
-        noise = torch.empty_like(probs)
+        # Drawn on CPU from CPU generators wherever the model runs: a seed means the same tokens everywhere.
+        noise = torch.empty(probs.shape)
         for row, request in enumerate(requests):
             noise[row].exponential_(generator=request.generator or self.generator)
-        return (probs / noise).argmax(dim=-1)
+        return (probs / noise.to(probs.device)).argmax(dim=-1)
 
 
 def _top_k_top_p(logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
     """Mask to -inf everything outside each row's top-k and top-p nucleus."""
     vocab = logits.shape[-1]
-    top_k = torch.tensor([min(r.params.top_k or vocab, vocab) for r in requests])
-    top_p = torch.tensor([r.params.top_p for r in requests], dtype=logits.dtype)
+    top_k = torch.tensor([min(r.params.top_k or vocab, vocab) for r in requests], device=logits.device)
+    top_p = torch.tensor([r.params.top_p for r in requests], dtype=logits.dtype, device=logits.device)
     sorted_logits, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(vocab)[None, :]
+    ranks = torch.arange(vocab, device=logits.device)[None, :]
     outside = ranks >= top_k[:, None]
     probs = sorted_logits.masked_fill(outside, float("-inf")).softmax(dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs      # the likeliest token is always kept
@@ -66,7 +67,7 @@ def _top_k_top_p(logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
 def top_logprobs(logits: torch.Tensor, chosen: list[int], num_top: int) -> list[dict[int, float]]:
     """Per row: the chosen token's log-probability under the model, plus the num_top likeliest."""
     logprobs = logits.float().log_softmax(dim=-1)
-    chosen_logprobs = logprobs.gather(-1, torch.tensor(chosen)[:, None]).squeeze(-1).tolist()
+    chosen_logprobs = logprobs.gather(-1, torch.tensor(chosen, device=logits.device)[:, None]).squeeze(-1).tolist()
     top_values, top_ids = logprobs.topk(num_top, dim=-1) if num_top else (None, None)
     entries = []
     for row, token_id in enumerate(chosen):

@@ -113,3 +113,23 @@ def test_outputs_come_back_in_input_order_with_counts(engine):
                                         for n in range(5)])
     assert [o.num_output_tokens for o in outputs] == [1, 2, 3, 4, 5]
     assert [o.num_prompt_tokens for o in outputs] == [len(p) for p in prompts]
+
+
+def test_requests_can_be_streamed_in_and_aborted_between_steps(engine):
+    """The worker's path: rows join the running batch while others are mid-generation."""
+    llm = engine.llm
+    prompts = _mixed_prompts(3)
+    first = llm.add_request(prompts[0], GREEDY)
+    llm.step()
+    second = llm.add_request(prompts[1], GREEDY)
+    doomed = llm.add_request(prompts[2], SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True))
+    llm.step()
+    llm.abort(doomed)
+    finished = []
+    while llm.scheduler.has_unfinished_requests():
+        finished += llm.step()
+    assert {r.request_id for r in finished} == {first.request_id, second.request_id}
+    assert llm.to_output(first).token_ids == engine.generate([prompts[0]], GREEDY)[0].token_ids
+    aborted = llm.to_output(doomed)
+    assert aborted.finish_reason == "abort" and 0 < aborted.num_output_tokens < 50
+    assert llm.block_manager.num_free_blocks == llm.block_manager.num_blocks
