@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from pathlib import Path
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repo root, for tests.support
 
 from engine import Engine, SamplingParams  # noqa: E402
+from tests.support.random_decoders import save_tokenizer  # noqa: E402
 
 GPL3 = Path("/usr/share/common-licenses/GPL-3")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -112,7 +115,6 @@ def load_models(name: str, workdir: Path):
     torch.manual_seed(0)
     reference = transformers.LlamaForCausalLM(transformers.LlamaConfig(**RANDOM_LLAMA)).float()
     reference.save_pretrained(workdir)
-    from tests.support.random_decoders import save_tokenizer
     save_tokenizer(workdir)
     return workdir, reference
 
