@@ -20,7 +20,7 @@ from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.store import Store
 from jobs.validate import check_job, encoded_schema
-from storage.manifest import read_results
+from storage.manifest import read_errors, read_results
 from webhooks.signing import generate_secret
 
 
@@ -113,6 +113,13 @@ class Job:
         store = self.client.store
         event = final_event(store, self.id, JobStatus.CANCELLED, None)
         return store.finish_job(self.id, JobStatus.CANCELLED, event=event)
+
+    def errors(self) -> list[dict]:
+        """The failed rows of a succeeded job, {"id": ..., "error": ...} each (errors.jsonl)."""
+        state = self.status()
+        if state.status != JobStatus.SUCCEEDED:
+            raise JobFailed(f"job {self.id} is {state.status}" + (f": {state.error}" if state.error else ""))
+        return read_errors(state.output)
 
     def results(self) -> pa.Table:
         state = self.status()

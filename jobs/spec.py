@@ -72,6 +72,14 @@ class JobSpec:
     and/or "shard.completed" (every shard). Needs `webhook_url`."""
     expires_after_s: float | None = None
     """Seconds after submission after which an unfinished job stops and is `expired`."""
+    carry_columns: tuple[str, ...] = ()
+    """Input columns copied unchanged into the output, after the id column."""
+    partition_columns: bool = False
+    """Copy a hive-partitioned input's keys (`year=2026/...`) into the output as string columns."""
+    max_tokens_per_shard: int | None = 1_000_000
+    """Upper bound on a shard's estimated work (tokens, from Parquet footers), besides its rows."""
+    errors_file: bool = True
+    """Write OUTPUT/errors.jsonl listing each failed row's id and error (when any row failed)."""
     priority: int = 5
     """0 (lowest) to 9 (highest): the broker hands a higher-priority job's shards to
     workers first (RabbitMQ and Redis; the embedded broker is first in, first out)."""
@@ -79,6 +87,9 @@ class JobSpec:
     def __post_init__(self) -> None:
         if isinstance(self.input, list):
             object.__setattr__(self, "input", tuple(self.input))
+        if isinstance(self.carry_columns, (list, str)):
+            object.__setattr__(self, "carry_columns", tuple([self.carry_columns] if isinstance(self.carry_columns, str)
+                                                            else self.carry_columns))
         if isinstance(self.webhook_events, list):
             object.__setattr__(self, "webhook_events", tuple(self.webhook_events))
         object.__setattr__(self, "params", dict(self.params))
@@ -112,6 +123,11 @@ class JobSpec:
         if (isinstance(self.max_rows_per_shard, bool) or not isinstance(self.max_rows_per_shard, int)
                 or self.max_rows_per_shard < 1):
             raise JobSpecError("max_rows_per_shard", f"must be a positive integer, got {self.max_rows_per_shard!r}")
+        for name in self.carry_columns:
+            _require_text("carry_columns", name)
+        if self.max_tokens_per_shard is not None and (isinstance(self.max_tokens_per_shard, bool) or not isinstance(
+                self.max_tokens_per_shard, int) or self.max_tokens_per_shard < 1):
+            raise JobSpecError("max_tokens_per_shard", f"must be a positive integer or null, got {self.max_tokens_per_shard!r}")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 9:
             raise JobSpecError("priority", f"must be an integer from 0 (lowest) to 9 (highest), got {self.priority!r}")
         self._validate_params()

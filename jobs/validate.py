@@ -36,7 +36,7 @@ def check_job(spec: JobSpec) -> CheckedJob:
     except ValueError as exc:
         raise JobSpecError("model", str(exc).removeprefix("model: ")) from None
     try:
-        info = inspect_input(spec.inputs, columns=input_columns(spec))
+        info = inspect_job_input(spec)
     except InputError as exc:
         raise JobSpecError(_input_field(str(exc), spec), str(exc)) from None
     try:
@@ -54,7 +54,30 @@ def check_job(spec: JobSpec) -> CheckedJob:
         schema = output_schema(spec.mode, id_field, dimensions=dimensions)
     except ValueError as exc:
         raise JobSpecError("id_column", str(exc)) from None
-    return CheckedJob(model=model, input=info, output_schema=schema)
+    return CheckedJob(model=model, input=info, output_schema=_with_carried(schema, spec, info))
+
+
+def inspect_job_input(spec: JobSpec) -> InputInfo:
+    """The input's footers, checked for every column the job reads (storage.inspect_input)."""
+    return inspect_input(spec.inputs, columns=input_columns(spec), carry_columns=spec.carry_columns,
+                         partition_columns=spec.partition_columns)
+
+
+def carried_fields(spec: JobSpec, info: InputInfo) -> list[pa.Field]:
+    """The input columns a job copies into its output, in order: carried, then partition keys."""
+    fields = [info.schema.field(name).remove_metadata() for name in spec.carry_columns]
+    if spec.partition_columns and info.files:
+        fields += [pa.field(key, pa.string()) for key in info.files[0].partition]
+    return fields
+
+
+def _with_carried(schema: pa.Schema, spec: JobSpec, info: InputInfo) -> pa.Schema:
+    carried = carried_fields(spec, info)
+    clashes = sorted({f.name for f in carried} & set(schema.names))
+    if clashes:
+        raise JobSpecError("carry_columns", f"{', '.join(clashes)} would clash with an output column of the same "
+                                            f"name; the output columns are {', '.join(schema.names)}")
+    return pa.schema([schema.field(0), *carried, *list(schema)[1:]])
 
 
 def input_columns(spec: JobSpec) -> dict[str, str]:
@@ -75,6 +98,8 @@ def _input_field(message: str, spec: JobSpec) -> str:
         return "input_column"
     if "(the id_column)" in message:
         return "id_column"
+    if "(in carry_columns)" in message:
+        return "carry_columns"
     return "input"
 
 

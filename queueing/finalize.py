@@ -13,6 +13,8 @@ from jobs.events import final_event
 from queueing.dispatch import deliver
 from queueing.runtime import Runtime
 from storage.errors import StorageError
+from queueing.results import ROW_INDEX_COLUMN
+from storage.errors_file import write_errors_file
 from storage.manifest import Manifest, commit_output
 from storage.write import PartInfo
 
@@ -43,13 +45,17 @@ def finalize_job(runtime: Runtime, job_id: str) -> JobStatus | None:
                       error=f"{len(failed)} of {len(shards)} shards failed; shard {first.shard_index}: {first.error}")
     parts = tuple(PartInfo(**s.part) for s in shards)
     progress = store.progress(job_id)
-    manifest = Manifest(
-        job_id=job_id, mode=job.spec.mode, model=job.spec.model, spec=job.spec.to_dict(), parts=parts,
-        schema=job.output_schema, created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        stats={"rows_total": job.rows_total, "rows_succeeded": progress.rows_succeeded,
-               "rows_failed": progress.rows_failed, "num_shards": len(shards),
-               "seconds": round(time.time() - (job.started_at or job.created_at), 3)})
     try:
+        errors_file = None
+        if job.spec.errors_file and progress.rows_failed:
+            errors_file = write_errors_file(job.spec.output, parts, id_column=job.spec.id_column or ROW_INDEX_COLUMN)
+        manifest = Manifest(
+            job_id=job_id, mode=job.spec.mode, model=job.spec.model, spec=job.spec.to_dict(), parts=parts,
+            schema=job.output_schema, created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            stats={"rows_total": job.rows_total, "rows_succeeded": progress.rows_succeeded,
+                   "rows_failed": progress.rows_failed, "num_shards": len(shards),
+                   "seconds": round(time.time() - (job.started_at or job.created_at), 3)},
+            errors_file=errors_file)
         commit_output(job.spec.output, manifest)
     except StorageError as exc:
         return finish(runtime, job_id, JobStatus.FAILED, error=f"committing the output failed: {exc}")

@@ -6,13 +6,13 @@ import dataclasses
 import logging
 
 from jobs.status import JobStatus
-from jobs.validate import input_columns
+from jobs.validate import inspect_job_input
 from queueing.finalize import fail_job
 from queueing.routing import CONTROL_QUEUE, model_queue
 from queueing.runtime import Runtime
 from storage.errors import StorageError
 from storage.clear import clear_output
-from storage.plan import inspect_input, plan_shards
+from storage.plan import plan_shards
 
 log = logging.getLogger("barge.worker")
 
@@ -26,8 +26,9 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
         return 0
     spec = job.spec
     try:
-        info = inspect_input(spec.inputs, columns=input_columns(spec))
-        shards = plan_shards(info, max_rows_per_shard=spec.max_rows_per_shard)
+        info = inspect_job_input(spec)
+        shards = plan_shards(info, max_rows_per_shard=spec.max_rows_per_shard,
+                             max_work_per_shard=spec.max_tokens_per_shard)
         if spec.if_exists == "replace":
             clear_output(spec.output)
     except StorageError as exc:   # the input changed since submission, or the output vanished

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-ROW_INDEX_COLUMN = "row_index"   # the id column added when a job names none
+from jobs.validate import ROW_INDEX_FIELD
+
+ROW_INDEX_COLUMN = ROW_INDEX_FIELD.name   # the id column added when a job names none
 
 
 def build_table(mode: str, ids: pa.Array, outputs: list, *, id_column: str | None,

@@ -69,7 +69,7 @@ def run_shard(runtime: Runtime, job_id: str, shard_index: int) -> ShardOutcome:
 def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim,
                       lease: LeaseKeeper) -> tuple[PartInfo, list]:
     shard = shard_plan(claim.plan)
-    ids, inputs = read_rows(job, shard, claim.plan["global_row_start"])
+    ids, inputs, carried = read_rows(job, shard, claim.plan["global_row_start"])
     crash_if_poisoned(inputs)
     engine = runtime.engine_for(job.model_key, job.spec.mode)
     outputs, chunk_rows = [], runtime.options.chunk_rows
@@ -81,7 +81,10 @@ def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim,
         outputs.extend(engine.encode(inputs[start:start + chunk_rows], **job.spec.params))
     schema = decode_schema(job.output_schema)
     dim = job.spec.params.get("dimensions") or engine.embedding_dim
-    table = build_table(job.spec.mode, ids, outputs, id_column=job.spec.id_column, embedding_dim=dim).cast(schema)
+    table = build_table(job.spec.mode, ids, outputs, id_column=job.spec.id_column, embedding_dim=dim)
+    for name, column in carried.items():
+        table = table.append_column(name, column)
+    table = table.select(schema.names).cast(schema)
     return write_part(job.spec.output, part_name(shard), table), outputs
 
 
@@ -139,15 +142,16 @@ def shard_plan(plan: dict) -> ShardPlan:
     return ShardPlan(**values)
 
 
-def read_rows(job: JobRecord, shard: ShardPlan, global_row_start: int) -> tuple[pa.Array, list]:
-    """The shard's ids (the job's id column, or global row indices) and input values."""
+def read_rows(job: JobRecord, shard: ShardPlan, global_row_start: int) -> tuple[pa.Array, list, dict]:
+    """The shard's ids (the job's id column, or global row indices), input values, and
+    the columns carried into the output (carried columns, then partition keys)."""
     spec = job.spec
-    columns = [spec.input_column] + ([spec.id_column] if spec.id_column else [])
-    batches = list(read_shard(shard, columns))
-    inputs = [value for batch in batches for value in batch.column(spec.input_column).to_pylist()]
+    columns = [spec.input_column] + ([spec.id_column] if spec.id_column else []) + list(spec.carry_columns)
+    table = pa.Table.from_batches(list(read_shard(shard, columns, partition_columns=spec.partition_columns)))
+    inputs = table.column(spec.input_column).to_pylist()
     if spec.id_column:
-        chunks = [batch.column(spec.id_column) for batch in batches]
-        ids = pa.concat_arrays(chunks) if chunks else pa.array([], type=pa.int64())
+        ids = table.column(spec.id_column).combine_chunks()
     else:
         ids = pa.array(range(global_row_start, global_row_start + len(inputs)), type=pa.int64())
-    return ids, inputs
+    carried_names = list(spec.carry_columns) + (list(shard.partition) if spec.partition_columns else [])
+    return ids, inputs, {name: table.column(name) for name in carried_names}

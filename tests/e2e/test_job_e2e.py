@@ -50,7 +50,7 @@ def test_job_lands_every_row_once_and_webhook_verifies(deployment, tmp_path):
     # The receiver fails the first delivery: the event must still arrive, once, later.
     with WebhookReceiver(responses=[500]) as receiver:
         job = client.submit(JobSpec(mode="embed", model="minilm", input=str(tmp_path / "corpus"),
-                                    id_column="doc_id", output=str(tmp_path / "out"),
+                                    id_column="doc_id", output=str(tmp_path / "out"), carry_columns=["extra"],
                                     webhook_url=receiver.url, max_rows_per_shard=100,
                                     metadata={"run": "e2e"}))
         state = job.wait(timeout=180)
@@ -64,6 +64,9 @@ def test_job_lands_every_row_once_and_webhook_verifies(deployment, tmp_path):
     assert errors[7] == "text is null"
     assert all(error is None for doc_id, error in errors.items() if doc_id != 7)
     assert (state.rows_total, state.rows_succeeded, state.rows_failed) == (num_rows, num_rows - 1, 1)
+    assert table.schema.names == ["doc_id", "extra", "embedding", "num_tokens", "error"]
+    assert table.column("extra").to_pylist() == [i * 2 for i in ids], "carried through, row by row"
+    assert job.errors() == [{"id": 7, "error": "text is null"}]
 
     vectors = {i: v for i, v in zip(ids, table.column("embedding").to_pylist())}
     assert vectors[7] is None
@@ -140,6 +143,7 @@ def test_bad_jobs_are_refused_before_anything_is_queued(tmp_path):
         cases = [
             (dict(base, input_column="body"), "input_column", "'body'"),
             (dict(base, id_column="uuid"), "id_column", "'uuid'"),
+            (dict(base, carry_columns=["lang"]), "carry_columns", "'lang'"),
             (dict(base, input=str(tmp_path / "notparquet")), "input", "not a Parquet file"),
             (dict(base, input=str(tmp_path / "nothing-*.parquet")), "input", "no"),
             (dict(base, output=str(corpus / "part-0.parquet" / "out")), "output", "part-0.parquet"),
@@ -176,3 +180,36 @@ def test_input_gone_before_planning_fails_the_job_with_the_reason(tmp_path):
         payload = verify(job.webhook_secret, headers, body)
         assert payload["type"] == "job.failed" and payload["data"]["error"] == state.error
         assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_a_job_over_s3_with_a_hive_partitioned_input(tmp_path, monkeypatch):
+    from tests.integration.s3server import S3Server
+    import s3fs
+    with S3Server() as s3:
+        s3.create_bucket("corpus")
+        endpoint = s3.storage_options["client_kwargs"]["endpoint_url"]
+        credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1"}
+        for name, value in credentials.items():   # the client's own checks read S3 too
+            monkeypatch.setenv(name, value)
+        fs = s3fs.S3FileSystem(**s3.storage_options)
+        num_rows = 0
+        for day in ("2026-11-30", "2026-12-01"):
+            ids = list(range(num_rows, num_rows + 60))
+            table = pa.table({"doc_id": pa.array(ids, pa.int64()), "text": [sentence(i) for i in ids]})
+            with fs.open(f"corpus/in/day={day}/part-0.parquet", "wb") as f:
+                pq.write_table(table, f, row_group_size=25)
+            num_rows += 60
+        with stack("embedded", tmp_path / "barge", credentials) as deployment:
+            deployment.start_worker()
+            job = deployment.client().submit(JobSpec(
+                mode="embed", model="minilm", input="s3://corpus/in/", id_column="doc_id",
+                output="s3://corpus/out/", partition_columns=True, max_rows_per_shard=50))
+            assert job.wait(timeout=180).status == JobStatus.SUCCEEDED, deployment.worker_logs()
+            table = job.results()
+            logs = "".join(worker.log_path.read_text() for worker in deployment.workers)
+        assert sorted(table.column("doc_id").to_pylist()) == list(range(num_rows))
+        days = dict(zip(table.column("doc_id").to_pylist(), table.column("day").to_pylist()))
+        assert days[0] == "2026-11-30" and days[num_rows - 1] == "2026-12-01"
+        assert fs.exists("corpus/out/_SUCCESS") and fs.exists("corpus/out/_manifest.json")
+        assert job.id in logs and "testing" not in logs, "the worker logged the job, and no credential"
