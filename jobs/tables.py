@@ -16,6 +16,8 @@ jobs = Table(
     Column("model_key", String(200), nullable=False),    # routing key (jobs.models.ModelRef.key)
     Column("spec", Text, nullable=False),                # JobSpec as JSON
     Column("webhook_secret", String(100)),               # never returned by status calls
+    Column("webhook_secret_previous", String(100)),      # during a rotation: also signed with, until...
+    Column("webhook_secret_previous_until", Float),
     Column("rows_total", Integer, nullable=False),
     Column("output_schema", Text, nullable=False),       # storage.manifest.encode_schema of the parts' schema
     Column("error", Text),
