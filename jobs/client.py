@@ -121,6 +121,14 @@ class Job:
             raise JobFailed(f"job {self.id} is {state.status}" + (f": {state.error}" if state.error else ""))
         return read_errors(state.output)
 
+    def rotate_webhook_secret(self, overlap_s: float = 86_400.0) -> str:
+        """Give the job a new webhook secret and return it (shown once). For `overlap_s`
+        seconds deliveries are signed with both, so receivers can switch at leisure."""
+        secret = generate_secret()
+        self.client.store.rotate_webhook_secret(self.id, secret, overlap_s)
+        self.webhook_secret = secret
+        return secret
+
     def results(self) -> pa.Table:
         state = self.status()
         if state.status != JobStatus.SUCCEEDED:

@@ -92,9 +92,26 @@ class Store(ShardStore):
             raise KeyError(f"no job {job_id!r}")
         return JobRecord.from_row(row)
 
-    def webhook_secret(self, job_id: str) -> str | None:
+    def webhook_secrets(self, job_id: str, now: float | None = None) -> list[str]:
+        """The secrets a delivery is signed with: the current one, and during a rotation
+        the previous one too (receivers still holding it keep verifying)."""
+        now = time.time() if now is None else now
+        job = tables.jobs.c
         with self.engine.connect() as conn:
-            return conn.execute(select(tables.jobs.c.webhook_secret).where(tables.jobs.c.id == job_id)).scalar_one()
+            current, previous, until = conn.execute(select(
+                job.webhook_secret, job.webhook_secret_previous, job.webhook_secret_previous_until)
+                .where(job.id == job_id)).one()
+        return [s for s in (current, previous if until and until > now else None) if s]
+
+    def rotate_webhook_secret(self, job_id: str, new_secret: str, overlap_s: float) -> None:
+        """Make `new_secret` current; the old one signs too for `overlap_s` more seconds."""
+        now = time.time()
+        with self._job_transaction(job_id) as (conn, job):
+            if not job.webhook_secret:
+                raise ValueError(f"job {job_id} has no webhook")
+            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id).values(
+                webhook_secret=new_secret, webhook_secret_previous=job.webhook_secret,
+                webhook_secret_previous_until=now + overlap_s, updated_at=now))
 
     def list_jobs(self, limit: int = 50) -> list[JobRecord]:
         query = select(tables.jobs).order_by(tables.jobs.c.created_at.desc()).limit(limit)

@@ -42,6 +42,19 @@ def add_webhook_commands(commands: argparse._SubParsersAction) -> None:
     enable = actions.add_parser("enable", help="re-enable a disabled endpoint URL")
     enable.add_argument("url")
     enable.set_defaults(func=lambda args: enable_endpoint(_store(), args.url))
+    rotate = actions.add_parser("rotate-secret", help="give a job a new webhook secret (printed once)")
+    rotate.add_argument("job_id")
+    rotate.add_argument("--overlap-hours", type=float, default=24.0,
+                        help="how long deliveries are also signed with the old secret")
+    rotate.set_defaults(func=lambda args: rotate_secret(args.job_id, args.overlap_hours * 3600))
+
+
+def rotate_secret(job_id: str, overlap_s: float, out: TextIO | None = None) -> int:
+    from jobs.client import Client
+    secret = Client().job(job_id).rotate_webhook_secret(overlap_s)
+    print(f"new webhook secret for job {job_id} (shown once): {secret}", file=out)
+    print(f"deliveries are signed with the old secret too for {overlap_s / 3600:g} hours", file=out)
+    return 0
 
 
 def _store() -> Store:

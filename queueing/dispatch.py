@@ -41,7 +41,7 @@ def deliver_event(store: Store, event_id: str, policy: RetryPolicy, *,
     payload = json.loads(record.body)
     event = WebhookEvent(event_id=record.id, type=record.type, job_id=record.job_id,
                          created_at=payload["timestamp"], data=payload["data"])
-    result = send(record.url, event, store.webhook_secret(record.job_id) or "", timeout_s=policy.read_timeout_s,
+    result = send(record.url, event, store.webhook_secrets(record.job_id), timeout_s=policy.read_timeout_s,
                   connect_timeout_s=policy.connect_timeout_s, allow_hosts=allow_hosts)
     attempt_in_series = record.attempts - record.retry_from
     delay = None if result.ok else next_delay(policy, attempt_in_series, status_code=result.status_code,

@@ -11,7 +11,7 @@ import http.client
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from webhooks import signing
@@ -38,7 +38,7 @@ class DeliveryResult:
 def send(
     url: str,
     event: WebhookEvent,
-    secret: str,
+    secret: str | Sequence[str],
     *,
     timeout_s: float = 10.0,
     connect_timeout_s: float | None = None,
@@ -115,11 +115,12 @@ def _describe(exc: object) -> str:
     return text if isinstance(exc, str) else f"{type(exc).__name__}: {text}"
 
 
-def _redact(text: str, secret: str) -> str:
+def _redact(text: str, secret: str | Sequence[str]) -> str:
     # Belt and braces: nothing above formats the secret, but exception text from a
     # lower layer might one day include request details.
-    if secret:
-        text = text.replace(secret, "[secret]")
-        if secret.startswith(signing.SECRET_PREFIX) and len(secret) > len(signing.SECRET_PREFIX):
-            text = text.replace(secret[len(signing.SECRET_PREFIX):], "[secret]")
+    for one in [secret] if isinstance(secret, str) else secret:
+        if one:
+            text = text.replace(one, "[secret]")
+            if one.startswith(signing.SECRET_PREFIX) and len(one) > len(signing.SECRET_PREFIX):
+                text = text.replace(one[len(signing.SECRET_PREFIX):], "[secret]")
     return text

@@ -14,7 +14,7 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_VERSION = "v1"
@@ -52,11 +52,16 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return f"{SIGNATURE_VERSION},{base64.b64encode(digest).decode('ascii')}"
 
 
-def headers(secret: str, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+def headers(secret: str | Sequence[str], msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The Standard Webhooks headers; several secrets (a rotation) give one signature
+    each, space-separated, so receivers holding either secret verify."""
+    secrets_ = [secret] if isinstance(secret, str) else list(secret)
+    if not secrets_:
+        raise ValueError("no webhook secret to sign with")
     return {
         HEADER_ID: msg_id,
         HEADER_TIMESTAMP: str(int(timestamp)),
-        HEADER_SIGNATURE: sign(secret, msg_id, timestamp, body),
+        HEADER_SIGNATURE: " ".join(sign(s, msg_id, timestamp, body) for s in secrets_),
         "content-type": "application/json",
     }
 

@@ -145,7 +145,7 @@ def test_create_and_get_a_job(store):
     assert (job.model_key, job.rows_total, job.output_schema) == ("all-MiniLM-L6-v2", 30, OUTPUT_SCHEMA)
     assert job.error is None and job.started_at is None and job.finished_at is None
     assert before <= job.created_at <= time.time()
-    assert store.webhook_secret(job_id) == "whsec_abc"
+    assert store.webhook_secrets(job_id) == ["whsec_abc"]
     assert store.list_shards(job_id) == []
 
 
