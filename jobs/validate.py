@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.models import ModelRef, resolve_model
+from jobs.models import ModelRef, model_mode, resolve_model
 from jobs.spec import JobSpec, JobSpecError
 from storage.errors import InputError, OutputError
 from storage.manifest import encode_schema, is_committed
@@ -47,6 +47,7 @@ def check_job(spec: JobSpec) -> CheckedJob:
     if committed and spec.if_exists == "error":
         raise JobSpecError("output", f"{spec.output} already holds a committed result (_SUCCESS); "
                                      "choose another output or submit with if_exists='replace'")
+    _check_mode(spec, model)
     id_field = info.schema.field(spec.id_column) if spec.id_column else ROW_INDEX_FIELD
     # Outside the try: a JobSpecError is a ValueError, and its field must not become id_column's.
     dimensions = _dimensions(spec, model)
@@ -90,6 +91,23 @@ def input_columns(spec: JobSpec) -> dict[str, str]:
 
 def encoded_schema(checked: CheckedJob) -> str:
     return encode_schema(checked.output_schema)
+
+
+def _check_mode(spec: JobSpec, model: ModelRef) -> None:
+    serves = model_mode(model.path)
+    if serves != spec.mode:
+        raise JobSpecError("model", f"{spec.model!r} is a model for {serves!r}, not for mode {spec.mode!r}")
+    if spec.mode == "generate":
+        from engine.generate.sampling_params import SamplingParams   # imports torch: only here
+        try:
+            SamplingParams(**sampling_kwargs(spec.params))
+        except (TypeError, ValueError) as exc:
+            raise JobSpecError("params", str(exc)) from None
+
+
+def sampling_kwargs(params: dict) -> dict:
+    """A generate job's params as engine.SamplingParams keywords (lists become tuples)."""
+    return {name: tuple(value) if isinstance(value, list) else value for name, value in params.items()}
 
 
 def _input_field(message: str, spec: JobSpec) -> str:

@@ -10,14 +10,29 @@ from jobs.validate import ROW_INDEX_FIELD
 ROW_INDEX_COLUMN = ROW_INDEX_FIELD.name   # the id column added when a job names none
 
 
-def build_table(mode: str, ids: pa.Array, outputs: list, *, id_column: str | None,
-                embedding_dim: int) -> pa.Table:
-    if mode != "embed":
+def build_table(mode: str, ids: pa.Array, outputs: list, *, id_column: str | None, schema: pa.Schema) -> pa.Table:
+    """The id and result columns; `schema` (the job's output schema) gives their types."""
+    id_name = id_column or ROW_INDEX_COLUMN
+    if mode == "embed":
+        columns = _embed_columns(outputs, schema.field("embedding").type.list_size)
+    elif mode == "generate":
+        columns = _generate_columns(outputs)
+    else:
         raise ValueError(f"no result table for mode {mode!r}")
-    return _embed_table(ids, outputs, id_column or ROW_INDEX_COLUMN, embedding_dim)
+    columns["error"] = pa.array([out.error for out in outputs], type=pa.string())
+    return pa.table({id_name: ids, **columns})
 
 
-def _embed_table(ids: pa.Array, outputs: list, id_column: str, dim: int) -> pa.Table:
+def _generate_columns(outputs: list) -> dict[str, pa.Array]:
+    return {
+        "text": pa.array([None if out.error else out.text for out in outputs], type=pa.string()),
+        "finish_reason": pa.array([out.finish_reason for out in outputs], type=pa.string()),
+        "num_prompt_tokens": pa.array([out.num_prompt_tokens for out in outputs], type=pa.int32()),
+        "num_output_tokens": pa.array([out.num_output_tokens for out in outputs], type=pa.int32()),
+    }
+
+
+def _embed_columns(outputs: list, dim: int) -> dict[str, pa.Array]:
     flat = np.zeros((len(outputs), dim), dtype=np.float32)
     valid = np.zeros(len(outputs), dtype=bool)
     for i, out in enumerate(outputs):
@@ -25,10 +40,7 @@ def _embed_table(ids: pa.Array, outputs: list, id_column: str, dim: int) -> pa.T
             flat[i] = out.embedding
             valid[i] = True
     values = pa.array(flat.reshape(-1), type=pa.float32())
-    embeddings = pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid))
-    return pa.table({
-        id_column: ids,
-        "embedding": embeddings,
+    return {
+        "embedding": pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid)),
         "num_tokens": pa.array([out.num_tokens for out in outputs], type=pa.int32()),
-        "error": pa.array([out.error for out in outputs], type=pa.string()),
-    })
+    }

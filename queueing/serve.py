@@ -14,7 +14,7 @@ import socket
 
 from celery.signals import worker_shutting_down
 
-from jobs.models import resolve_model
+from jobs.models import model_mode, resolve_model
 from jobs.settings import Settings
 from jobs.store import Store
 from queueing.app import create_app
@@ -27,7 +27,7 @@ log = logging.getLogger("barge.worker")
 
 
 def serve(models: list[str], *, settings: Settings | None = None, loglevel: str = "INFO",
-          preload_mode: str | None = "embed") -> None:
+          preload: bool = True) -> None:
     logging.basicConfig(level=loglevel, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings or Settings.from_env()
     store = Store(settings.database_url)
@@ -37,8 +37,8 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     for name in models:
         ref = resolve_model(name)
         runtime.models[ref.key] = ref
-        if preload_mode:
-            runtime.engine_for(ref.key, preload_mode)
+        if preload:   # load now, not on the first shard: a broken model fails the worker at start
+            runtime.engine_for(ref.key, model_mode(ref.path))
     attach_runtime(app, runtime)
     queues = [queue_name(settings.namespace, queue)
               for queue in [CONTROL_QUEUE] + [model_queue(key) for key in runtime.models]]

@@ -17,6 +17,7 @@ from jobs.events import shard_events
 from jobs.records import JobRecord
 from jobs.store import ShardClaim
 from queueing.failpoints import crash_if_poisoned
+from queueing.inference import infer
 from queueing.lease import LeaseKeeper
 from queueing.results import build_table
 from queueing.routing import CONTROL_QUEUE
@@ -78,10 +79,9 @@ def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim,
             raise AttemptStopped("lost")
         if runtime.is_past_drain_deadline:
             raise AttemptStopped("draining")
-        outputs.extend(engine.encode(inputs[start:start + chunk_rows], **job.spec.params))
+        outputs.extend(infer(engine, job, ids[start:start + chunk_rows], inputs[start:start + chunk_rows]))
     schema = decode_schema(job.output_schema)
-    dim = job.spec.params.get("dimensions") or engine.embedding_dim
-    table = build_table(job.spec.mode, ids, outputs, id_column=job.spec.id_column, embedding_dim=dim)
+    table = build_table(job.spec.mode, ids, outputs, id_column=job.spec.id_column, schema=schema)
     for name, column in carried.items():
         table = table.append_column(name, column)
     table = table.select(schema.names).cast(schema)

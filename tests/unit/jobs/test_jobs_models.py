@@ -105,7 +105,7 @@ def test_a_folder_without_config_json_is_refused(tmp_path):
 
 def test_a_registered_name_without_config_json_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match=r"^model: registered model 'broken' points to .* no config.json"):
+    with pytest.raises(ValueError, match=r"^model: registered model 'broken' points to .* neither a folder with config.json nor a .gguf file"):
         resolve_model("broken", {"BARGE_MODELS": f"broken={tmp_path / 'empty'}"})
 
 
@@ -115,7 +115,7 @@ def test_an_unknown_name_is_refused_listing_the_known_names(tmp_path):
         resolve_model("no-such-model", {"BARGE_MODELS": f"mine={folder}"})
     message = str(caught.value)
     assert message.startswith("model: 'no-such-model' is neither a registered model")
-    assert "known: all-MiniLM-L6-v2, mine, minilm" in message
+    assert "known: SmolLM2-135M-Instruct, all-MiniLM-L6-v2, mine, minilm, smollm2" in message
 
 
 def test_a_file_is_not_a_model_folder(tmp_path):

@@ -29,7 +29,7 @@ def test_a_minimal_spec_gets_the_defaults():
     # mode
     (dict(mode="summarize"), "mode", "unknown mode 'summarize'"),
     (dict(mode=""), "mode", "unknown mode"),
-    (dict(mode="generate"), "mode", "not available"),
+    (dict(mode="transcribe"), "mode", "not available"),
     (dict(mode="transcribe"), "mode", "not available"),
     # required text fields
     (dict(model=""), "model", "non-empty"),
@@ -175,5 +175,5 @@ def test_from_dict_refuses_an_unknown_field():
 
 def test_from_dict_validates():
     with pytest.raises(JobSpecError) as caught:
-        JobSpec.from_dict({**VALID, "mode": "generate"})
+        JobSpec.from_dict({**VALID, "mode": "summarize"})
     assert caught.value.field == "mode"

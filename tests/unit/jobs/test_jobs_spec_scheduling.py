@@ -28,3 +28,21 @@ def test_defaults_and_normalisation():
     assert (spec.priority, spec.max_tokens_per_shard, spec.errors_file, spec.partition_columns) == (5, 1_000_000, True, False)
     assert JobSpec(**BASE, carry_columns=["a", "b"], max_tokens_per_shard=None).carry_columns == ("a", "b")
     assert JobSpec.from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"max_tokens": "many"}, "params.max_tokens"),
+    ({"temperature": "hot"}, "params.temperature"),
+    ({"stop": "END"}, "params.stop"),
+    ({"dimensions": 8}, "params.dimensions"),   # an embed parameter
+])
+def test_generate_params_are_type_checked(params, field):
+    with pytest.raises(JobSpecError) as caught:
+        JobSpec(**{**BASE, "mode": "generate"}, params=params)
+    assert caught.value.field == field
+
+
+def test_generate_accepts_sampling_params():
+    spec = JobSpec(**{**BASE, "mode": "generate"}, params={"max_tokens": 64, "temperature": 0.7, "top_p": 0.9,
+                                                           "seed": 1, "stop": ["\n\n"], "ignore_eos": False})
+    assert spec.params["stop"] == ["\n\n"]

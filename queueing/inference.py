@@ -1,0 +1,37 @@
+"""One engine call for a chunk of a shard's rows, per mode.
+
+Sampling in a generate job is reproducible row by row: with a job `seed`, each row's
+seed derives from it and the row's id, so a re-run of a shard (after a crash, or a
+retry) writes the same text, whatever batch the row lands in."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pyarrow as pa
+
+from jobs.records import JobRecord
+from jobs.validate import sampling_kwargs
+
+
+def infer(engine, job: JobRecord, ids: pa.Array, inputs: list) -> list:
+    """Outputs in input order, each with .error set for a bad row instead of raising."""
+    if job.spec.mode == "embed":
+        return engine.encode(inputs, **job.spec.params)
+    if job.spec.mode == "generate":
+        return engine.generate(inputs, _sampling_params(job.spec.params, ids))
+    raise ValueError(f"mode {job.spec.mode!r} has no engine in this worker")
+
+
+def row_seed(job_seed: int, row_id: object) -> int:
+    digest = hashlib.sha256(f"{job_seed}:{row_id!r}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1   # a non-negative 63-bit integer
+
+
+def _sampling_params(params: dict, ids: pa.Array):
+    from engine import SamplingParams
+    kwargs = sampling_kwargs(params)
+    seed = kwargs.pop("seed", None)
+    if seed is None:
+        return SamplingParams(**kwargs)
+    return [SamplingParams(**kwargs, seed=row_seed(seed, row_id)) for row_id in ids.to_pylist()]
