@@ -1,7 +1,7 @@
 """`barge`: a thin command line over the client (and the worker).
 
     barge submit --mode embed --model minilm --input 'corpus/*.parquet' --output out/
-    barge status JOB | wait JOB | cancel JOB | results JOB | jobs
+    barge status JOB | wait JOB | cancel JOB | results JOB | report JOB | jobs
     barge worker --model minilm
     barge webhooks list | show EVENT | replay EVENT | endpoints | enable URL
     barge demo
@@ -16,6 +16,7 @@ import sys
 from jobs.client import Client, JobFailed
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
+from jobs.throughput import format_duration, format_rate
 from jobs.webhook_admin import add_webhook_commands
 
 
@@ -69,6 +70,13 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--limit", type=int, default=10, help="rows to print")
             command.add_argument("--save", help="write the whole result to this Parquet file")
 
+    report = commands.add_parser("report", help="a job's engine, throughput, worker time and cost")
+    report.add_argument("job_id")
+    report.add_argument("--price-per-hour", type=float, metavar="PRICE",
+                        help="price of one worker-hour (GPU-hour); default BARGE_PRICE_PER_HOUR")
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
+    report.set_defaults(func=_report)
+
     listing = commands.add_parser("jobs", help="list recent jobs")
     listing.add_argument("--limit", type=int, default=20)
     listing.set_defaults(func=_jobs)
@@ -76,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run a worker serving one or more models")
     worker.add_argument("--model", required=True, action="append", help="registered name or folder (repeatable)")
     worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve Prometheus metrics on this port (default BARGE_METRICS_PORT; 0: off)")
     worker.set_defaults(func=_worker)
 
     add_webhook_commands(commands)
@@ -148,17 +158,30 @@ def _results(args) -> int:
     return 0
 
 
+def _report(args) -> int:
+    from jobs.report import format_report, job_report
+    client = Client()
+    client.job(args.job_id)   # KeyError for an unknown id
+    price = args.price_per_hour if args.price_per_hour is not None else client.settings.price_per_hour
+    report = job_report(client.store, args.job_id, price_per_hour=price)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
+    return 0
+
+
 def _jobs(args) -> int:
-    print(f"{'JOB':32}  {'STATUS':10}  {'DONE':>9}  {'FAILED':>7}  {'TOTAL':>9}  OUTPUT")
+    print(f"{'JOB':32}  {'STATUS':10}  {'DONE':>9}  {'FAILED':>7}  {'TOTAL':>9}  {'ROWS/S':>8}  {'ETA':>6}  OUTPUT")
     for state in Client().jobs(args.limit):
+        t = state.throughput
+        rate = (t.recent_rows_per_s or t.rows_per_s) if t else None
+        eta = "" if state.is_finished or t is None else format_duration(t.eta_s)
         print(f"{state.job_id:32}  {str(state.status):10}  {state.rows_done:>9}  {state.rows_failed:>7}  "
-              f"{state.rows_total:>9}  {state.output}")
+              f"{state.rows_total:>9}  {'-' if rate is None else f'{rate:,.1f}':>8}  {eta:>6}  {state.output}")
     return 0
 
 
 def _worker(args) -> int:
     from queueing.serve import serve
-    serve(args.model, loglevel=args.loglevel)
+    serve(args.model, loglevel=args.loglevel, metrics_port=args.metrics_port)
     return 0
 
 
@@ -173,6 +196,14 @@ def _print_status(state: JobProgress) -> None:
     print(f"  rows: {state.rows_done} done of {state.rows_total} ({state.rows_succeeded} succeeded, "
           f"{state.rows_failed} failed)")
     print(f"  shards: {shards}")
+    t = state.throughput
+    if t is not None:
+        print(f"  tokens: {state.num_tokens}")
+        print(f"  rate: {format_rate(t.recent_rows_per_s, 'rows')}, {format_rate(t.recent_tokens_per_s, 'tokens')} "
+              f"over the last {format_duration(min(t.window_s, t.running_s))}; "
+              f"{format_rate(t.rows_per_s, 'rows')}, {format_rate(t.tokens_per_s, 'tokens')} overall")
+        eta = "" if state.is_finished else f"; ETA {format_duration(t.eta_s)}"
+        print(f"  time: {format_duration(t.queued_s)} queued, {format_duration(t.running_s)} running{eta}")
     print(f"  output: {state.output}")
     if state.error:
         print(f"  error: {state.error}")

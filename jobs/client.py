@@ -19,6 +19,7 @@ from jobs.settings import Settings
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.store import Store
+from jobs.throughput import format_duration, format_rate
 from jobs.validate import check_job, encoded_schema
 from storage.manifest import read_errors, read_results
 from webhooks.signing import generate_secret
@@ -97,7 +98,7 @@ class Job:
                 if bar is not None:
                     bar.total = state.rows_total
                     bar.update(state.rows_done - bar.n)
-                    bar.set_postfix_str(f"{state.status}, failed {state.rows_failed}", refresh=False)
+                    bar.set_postfix_str(progress_postfix(state), refresh=False)
                 if state.is_finished:
                     return state
                 if deadline is not None and time.monotonic() > deadline:
@@ -136,7 +137,23 @@ class Job:
         return read_results(state.output)
 
 
+def progress_postfix(state: JobProgress) -> str:
+    """The bar's text after the counts: status, the job's recent rates, ETA, failed rows."""
+    t = state.throughput
+    parts = [str(state.status)]
+    if t is not None:
+        parts += [format_rate(t.recent_rows_per_s or t.rows_per_s, "rows"),
+                  format_rate(t.recent_tokens_per_s or t.tokens_per_s, "tok")]
+        if not state.is_finished:
+            parts.append(f"ETA {format_duration(t.eta_s)}")
+    parts.append(f"failed {state.rows_failed}")
+    return ", ".join(parts)
+
+
 def _progress_bar(state: JobProgress):
     from tqdm import tqdm
+    # The rate and ETA are the job's own (from its committed shards, over all workers),
+    # not tqdm's estimate from when this client happened to look.
     return tqdm(total=state.rows_total, unit="row", desc=f"job {state.job_id[:8]}", dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
                 disable=None)   # None: shown on a terminal only

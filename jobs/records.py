@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ShardStatus
+from jobs.throughput import Throughput
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class JobProgress:
     created_at: float = 0.0
     started_at: float | None = None
     finished_at: float | None = None
+    num_tokens: int = 0                 # tokens of committed shards (jobs.throughput)
+    throughput: Throughput | None = None   # rates, ETA, queued vs running time
 
     @property
     def rows_done(self) -> int:

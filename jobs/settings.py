@@ -19,6 +19,7 @@ class Settings:
     broker_url: str       # "filesystem://" (embedded), amqp://..., redis://...
     namespace: str = "barge"   # prefix of every queue name on the broker
     visibility_timeout_s: float = 3600.0   # Redis: an unacknowledged message is redelivered after this
+    price_per_hour: float | None = None    # cost of one worker-hour (GPU-hour) for job reports; None: no cost
 
     @property
     def is_embedded_broker(self) -> bool:
@@ -40,4 +41,16 @@ class Settings:
         namespace = env.get("BARGE_NAMESPACE") or "barge"
         visibility_timeout_s = float(env.get("BARGE_VISIBILITY_TIMEOUT_S") or 3600.0)
         return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url, namespace=namespace,
-                   visibility_timeout_s=visibility_timeout_s)
+                   visibility_timeout_s=visibility_timeout_s, price_per_hour=_price(env.get("BARGE_PRICE_PER_HOUR")))
+
+
+def _price(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        price = float(value)
+    except ValueError:
+        raise ValueError(f"BARGE_PRICE_PER_HOUR: {value!r} is not a number") from None
+    if price < 0:
+        raise ValueError(f"BARGE_PRICE_PER_HOUR: {value!r} is negative")
+    return price

@@ -109,15 +109,19 @@ class ShardStore:
         return renewed == 1
 
     def commit_shard(self, job_id: str, shard_index: int, token: str, *, part: dict,
-                     rows_succeeded: int, rows_failed: int, events: ShardEvents | None = None) -> tuple[bool, bool]:
+                     rows_succeeded: int, rows_failed: int, events: ShardEvents | None = None,
+                     num_tokens: int = 0, engine: dict | None = None) -> tuple[bool, bool]:
         """Record the shard's part under its attempt token, and the webhook events that
-        `events` builds for it, in one transaction.
+        `events` builds for it, in one transaction. `num_tokens` and `engine` (its
+        settings, "device" among them) feed throughput and the job report.
 
         Returns (committed, job_is_ready): committed is False for a stale token (another
         attempt took the shard over); job_is_ready is True for exactly the commit that
         finished the job's last shard."""
         return self._finish_shard(job_id, shard_index, token, ShardStatus.COMMITTED, events=events,
-                                  part=json.dumps(part), rows_succeeded=rows_succeeded, rows_failed=rows_failed)
+                                  part=json.dumps(part), rows_succeeded=rows_succeeded, rows_failed=rows_failed,
+                                  num_tokens=num_tokens, device=(engine or {}).get("device"),
+                                  engine=json.dumps(engine, sort_keys=True) if engine else None)
 
     def fail_shard(self, job_id: str, shard_index: int, token: str, error: str) -> tuple[bool, bool]:
         return self._finish_shard(job_id, shard_index, token, ShardStatus.FAILED, error=error)
@@ -199,6 +203,17 @@ class ShardStore:
                         shard.queued_at < now - older_than_s))
         with self.engine.connect() as conn:
             return [(j, i) for j, i in conn.execute(query).all()]
+
+    def shard_counts_by_model(self) -> dict[tuple[str, str], int]:
+        """(model key, "pending" | "running") -> shards of RUNNING jobs (worker metrics)."""
+        shard, job = tables.shards.c, tables.jobs.c
+        query = (select(job.model_key, shard.status, func.count()).join(tables.jobs, job.id == shard.job_id)
+                 .where(job.status == int(JobStatus.RUNNING),
+                        shard.status.in_([int(ShardStatus.PENDING), int(ShardStatus.RUNNING)]))
+                 .group_by(job.model_key, shard.status))
+        with self.engine.connect() as conn:
+            return {(model, "running" if status == int(ShardStatus.RUNNING) else "pending"): count
+                    for model, status, count in conn.execute(query).all()}
 
     def running_job_ids(self) -> list[str]:
         with self.engine.connect() as conn:

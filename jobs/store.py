@@ -27,6 +27,7 @@ from jobs.shard_store import ShardClaim, ShardCommitted, ShardEvents, ShardStore
 from jobs.records import JobProgress, JobRecord, ShardRecord
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ShardStatus, check_transition
+from jobs.throughput import RECENT_WINDOW_S, JobTimes, measure
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -118,13 +119,14 @@ class Store(ShardStore):
         with self.engine.connect() as conn:
             return [JobRecord.from_row(row) for row in conn.execute(query)]
 
-    def progress(self, job_id: str) -> JobProgress:
+    def progress(self, job_id: str, *, window_s: float = RECENT_WINDOW_S) -> JobProgress:
         job = self.get_job(job_id)
         shard = tables.shards.c
         query = (select(shard.status, func.count(), func.sum(shard.rows_succeeded), func.sum(shard.rows_failed))
                  .where(shard.job_id == job_id).group_by(shard.status))
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
+            times = self._job_times(conn, job, window_s)
         counts = {str(ShardStatus(status)): count for status, count, _, _ in rows}
         committed = [r for r in rows if r[0] == int(ShardStatus.COMMITTED)]
         succeeded = sum(r[2] or 0 for r in committed)
@@ -132,7 +134,46 @@ class Store(ShardStore):
         return JobProgress(job_id=job.id, status=job.status, rows_total=job.rows_total,
                            rows_succeeded=succeeded, rows_failed=failed, shards=counts, error=job.error,
                            output=job.spec.output, created_at=job.created_at, started_at=job.started_at,
-                           finished_at=job.finished_at)
+                           finished_at=job.finished_at, num_tokens=times.num_tokens,
+                           throughput=measure(times, is_finished=job.status.is_finished))
+
+    def _job_times(self, conn: Connection, job: JobRecord, window_s: float) -> JobTimes:
+        """One aggregate over the job's shards: what `jobs.throughput.measure` needs."""
+        shard = tables.shards.c
+        now = time.time()
+        since = (job.finished_at or now) - window_s
+        is_committed = shard.status == int(ShardStatus.COMMITTED)
+        is_recent = is_committed & (shard.finished_at >= since)
+        rows = shard.rows_succeeded + shard.rows_failed
+        first_started, rows_done, num_tokens, recent_rows, recent_tokens, worker_s = conn.execute(select(
+            func.min(shard.started_at), func.sum(rows).filter(is_committed),
+            func.sum(shard.num_tokens).filter(is_committed), func.sum(rows).filter(is_recent),
+            func.sum(shard.num_tokens).filter(is_recent),
+            func.sum(shard.finished_at - shard.started_at).filter(shard.finished_at.is_not(None)),
+        ).where(shard.job_id == job.id)).one()
+        # PostgreSQL sums integers as NUMERIC (Decimal): back to int.
+        return JobTimes(now=now, created_at=job.created_at, finished_at=job.finished_at,
+                        first_started_at=first_started, rows_total=job.rows_total, rows_done=int(rows_done or 0),
+                        num_tokens=int(num_tokens or 0), recent_rows=int(recent_rows or 0),
+                        recent_tokens=int(recent_tokens or 0), worker_s=float(worker_s or 0.0), window_s=window_s)
+
+    def device_seconds(self, job_id: str) -> dict[str, float]:
+        """Run time of the job's finished shard attempts summed by device type ("unknown":
+        attempts that recorded none, e.g. dead-lettered ones). Only each shard's last
+        attempt counts: earlier, lost attempts left no finish time."""
+        shard = tables.shards.c
+        query = (select(shard.device, func.sum(shard.finished_at - shard.started_at))
+                 .where(shard.job_id == job_id, shard.finished_at.is_not(None), shard.started_at.is_not(None))
+                 .group_by(shard.device))
+        with self.engine.connect() as conn:
+            return {device or "unknown": float(seconds or 0.0) for device, seconds in conn.execute(query).all()}
+
+    def engine_settings(self, job_id: str) -> list[dict]:
+        """The distinct engine settings its committed shards recorded (one per kind of worker)."""
+        shard = tables.shards.c
+        query = select(shard.engine).where(shard.job_id == job_id, shard.engine.is_not(None)).distinct()
+        with self.engine.connect() as conn:
+            return sorted((json.loads(text) for text in conn.execute(query).scalars()), key=json.dumps)
 
     def start_job(self, job_id: str, plans: list[dict]) -> bool:
         """QUEUED -> RUNNING with its shards; False if the job is no longer QUEUED."""

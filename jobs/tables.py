@@ -3,7 +3,7 @@ SQLite and PostgreSQL); the migrations in `jobs/migrations` create exactly these
 
 from __future__ import annotations
 
-from sqlalchemy import (Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
+from sqlalchemy import (BigInteger, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
                         PrimaryKeyConstraint, Index)
 
 metadata = MetaData()
@@ -48,8 +48,12 @@ shards = Table(
     Column("worker_id", String(200)),                    # the worker holding the current attempt
     Column("lease_expires_at", Float),                   # RUNNING: the holder renews it while working
     Column("queued_at", Float),                          # last sent to the broker; NULL: not yet (window)
+    Column("num_tokens", BigInteger, nullable=False, default=0, server_default="0"),  # tokens processed, at commit
+    Column("device", String(16)),                        # device type that committed it: cpu | cuda | mps
+    Column("engine", Text),                              # that engine's settings as JSON (queueing.usage)
     PrimaryKeyConstraint("job_id", "shard_index"),
     Index("ix_barge_shards_lease", "status", "lease_expires_at"),
+    Index("ix_barge_shards_finished", "job_id", "finished_at"),
 )
 
 webhook_events = Table(

@@ -18,6 +18,7 @@ from collections.abc import Collection
 from jobs.events import final_event
 from jobs.status import InvalidTransition, JobStatus
 from jobs.store import Store
+from queueing.metrics import WorkerMetrics
 from queueing.runtime import Runtime
 from webhooks.deliver import DeliveryResult, send
 from webhooks.events import WebhookEvent
@@ -29,11 +30,12 @@ log = logging.getLogger("barge.webhooks")
 
 def deliver(runtime: Runtime, event_id: str) -> bool | None:
     """One delivery attempt with the policy from the environment (see deliver_event)."""
-    return deliver_event(runtime.store, event_id, RetryPolicy.from_env(), allow_hosts=allow_hosts_from_env())
+    return deliver_event(runtime.store, event_id, RetryPolicy.from_env(), allow_hosts=allow_hosts_from_env(),
+                         metrics=runtime.metrics)
 
 
 def deliver_event(store: Store, event_id: str, policy: RetryPolicy, *,
-                  allow_hosts: Collection[str] = ()) -> bool | None:
+                  allow_hosts: Collection[str] = (), metrics: WorkerMetrics | None = None) -> bool | None:
     """One delivery attempt; True delivered, False not (yet), None not claimable."""
     record = store.outbox.claim(event_id, lease_s=policy.lease_s)
     if record is None:
@@ -52,7 +54,18 @@ def deliver_event(store: Store, event_id: str, policy: RetryPolicy, *,
                         next_attempt_at=None if delay is None else time.time() + delay,
                         disable_endpoint=result.status_code == 410)
     _log_attempt(record.id, record.type, record.job_id, record.attempts, result, delay)
+    if metrics is not None:
+        metrics.webhook_delivery(delivery_outcome(result, delay))
     return result.ok
+
+
+def delivery_outcome(result: DeliveryResult, delay: float | None) -> str:
+    """delivered | disabled (410 Gone) | retrying | failed (no more attempts)."""
+    if result.ok:
+        return "delivered"
+    if result.status_code == 410:
+        return "disabled"
+    return "failed" if delay is None else "retrying"
 
 
 def _log_attempt(event_id: str, event_type: str, job_id: str, attempt: int, result: DeliveryResult,
@@ -100,7 +113,7 @@ class Dispatcher(threading.Thread):
                 expire_jobs(store)
                 policy, allow_hosts = RetryPolicy.from_env(), allow_hosts_from_env()
                 for event_id in store.outbox.due():
-                    deliver_event(store, event_id, policy, allow_hosts=allow_hosts)
+                    deliver_event(store, event_id, policy, allow_hosts=allow_hosts, metrics=self.runtime.metrics)
             except Exception:   # a database blip must not kill the thread
                 log.exception("webhook dispatcher pass failed")
 

@@ -10,6 +10,7 @@ from typing import Iterator
 
 from jobs.status import JobStatus, ShardStatus
 from jobs.events import final_event
+from jobs.report import job_report
 from queueing.dispatch import deliver
 from queueing.runtime import Runtime
 from storage.errors import StorageError
@@ -52,14 +53,19 @@ def finalize_job(runtime: Runtime, job_id: str) -> JobStatus | None:
         manifest = Manifest(
             job_id=job_id, mode=job.spec.mode, model=job.spec.model, spec=job.spec.to_dict(), parts=parts,
             schema=job.output_schema, created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            stats={"rows_total": job.rows_total, "rows_succeeded": progress.rows_succeeded,
-                   "rows_failed": progress.rows_failed, "num_shards": len(shards),
-                   "seconds": round(time.time() - (job.started_at or job.created_at), 3)},
-            errors_file=errors_file)
+            stats=manifest_stats(runtime, job_id), errors_file=errors_file)
         commit_output(job.spec.output, manifest)
     except StorageError as exc:
         return finish(runtime, job_id, JobStatus.FAILED, error=f"committing the output failed: {exc}")
     return finish(runtime, job_id, JobStatus.SUCCEEDED)
+
+
+def manifest_stats(runtime: Runtime, job_id: str) -> dict:
+    """The job's report (jobs.report), with the counts the manifest always carried."""
+    report = job_report(runtime.store, job_id, price_per_hour=runtime.settings.price_per_hour).to_dict()
+    for name in ("job_id", "status", "mode", "model"):   # the manifest has them, or they are not final yet
+        report.pop(name)
+    return {**report, "seconds": report["throughput"]["running_s"]}
 
 
 def fail_job(runtime: Runtime, job_id: str, error: str) -> JobStatus | None:

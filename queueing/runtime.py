@@ -16,7 +16,9 @@ from jobs.models import ModelRef
 from jobs.records import JobRecord
 from jobs.settings import Settings
 from jobs.store import Store
+from queueing.metrics import WorkerMetrics
 from queueing.routing import model_queue, queue_name
+from queueing.usage import engine_settings
 
 log = logging.getLogger("barge.worker")
 
@@ -30,13 +32,16 @@ class WorkerOptions:
     housekeeping_s: float = 2.0     # how often leases are reclaimed and windows refilled
     requeue_after_s: float = 600.0  # a sent shard nobody claimed for this long is sent again
     chunk_rows: int = 256           # rows per engine call; between calls the worker checks its claim
+    metrics_port: int = 0           # serve Prometheus metrics on this port; 0: off (queueing.metrics)
+    metrics_addr: str = "0.0.0.0"   # the address the metrics server binds
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "WorkerOptions":
         env = os.environ if env is None else env
         names = {"lease_s": "BARGE_LEASE_S", "max_attempts": "BARGE_MAX_ATTEMPTS", "job_window": "BARGE_JOB_WINDOW",
                  "drain_grace_s": "BARGE_DRAIN_GRACE_S", "housekeeping_s": "BARGE_HOUSEKEEPING_S",
-                 "requeue_after_s": "BARGE_REQUEUE_AFTER_S", "chunk_rows": "BARGE_CHUNK_ROWS"}
+                 "requeue_after_s": "BARGE_REQUEUE_AFTER_S", "chunk_rows": "BARGE_CHUNK_ROWS",
+                 "metrics_port": "BARGE_METRICS_PORT", "metrics_addr": "BARGE_METRICS_ADDR"}
         values = {}
         for name, variable in names.items():
             if env.get(variable):
@@ -57,6 +62,8 @@ class Runtime:
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     models: dict[str, ModelRef] = field(default_factory=dict)      # model key -> ref
     engines: dict[tuple[str, str], object] = field(default_factory=dict)   # (model key, mode) -> Engine
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    _engine_settings: dict[tuple[str, str], dict] = field(default_factory=dict)   # (model key, mode) -> settings
     drain_deadline: float | None = None    # set on SIGTERM: monotonic time the current shard must end by
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -73,6 +80,13 @@ class Runtime:
                 engine = Engine.from_pretrained(ref.path, mode=mode)
                 self.engines[(model_key, mode)] = engine
             return engine
+
+    def engine_settings(self, model_key: str, mode: str) -> dict:
+        """The settings of the engine serving (model key, mode), as recorded with each commit."""
+        key = (model_key, mode)
+        if key not in self._engine_settings:
+            self._engine_settings[key] = engine_settings(self.engine_for(model_key, mode), model_key, mode)
+        return self._engine_settings[key]
 
     def send(self, task_name: str, args: list, queue: str, *, priority: int | None = None,
              countdown: float | None = None) -> None:

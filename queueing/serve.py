@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import replace
 
 from celery.signals import worker_shutting_down
 
@@ -21,19 +22,26 @@ from queueing.app import create_app
 from queueing.dispatch import Dispatcher
 from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
 from queueing.housekeeping import Housekeeper
+from queueing.logs import configure_logging
+from queueing.metrics import WorkerMetrics
 from queueing.runtime import Runtime, WorkerOptions, attach_runtime
 
 log = logging.getLogger("barge.worker")
 
 
 def serve(models: list[str], *, settings: Settings | None = None, loglevel: str = "INFO",
-          preload: bool = True) -> None:
-    logging.basicConfig(level=loglevel, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+          preload: bool = True, metrics_port: int | None = None) -> None:
+    """`metrics_port` overrides BARGE_METRICS_PORT; 0 turns the metrics server off."""
+    configure_logging(loglevel)
     settings = settings or Settings.from_env()
     store = Store(settings.database_url)
     store.migrate()
     app = create_app(settings)
-    runtime = Runtime(settings=settings, store=store, app=app, options=WorkerOptions.from_env())
+    options = WorkerOptions.from_env()
+    if metrics_port is not None:
+        options = replace(options, metrics_port=metrics_port)
+    runtime = Runtime(settings=settings, store=store, app=app, options=options,
+                      metrics=WorkerMetrics(store.shard_counts_by_model))
     for name in models:
         ref = resolve_model(name)
         runtime.models[ref.key] = ref
@@ -51,6 +59,8 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
                Housekeeper(runtime)]
     for thread in threads:
         thread.start()
+    if options.metrics_port:
+        runtime.metrics.serve(options.metrics_port, options.metrics_addr)
     try:
         app.worker_main(["worker", "--pool=solo", "--queues", ",".join(queues),
                          "--hostname", f"barge-{os.getpid()}@{socket.gethostname()}",
@@ -58,6 +68,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     finally:
         for thread in threads:
             thread.stop()
+        runtime.metrics.close()
 
 
 def _redact_url(url: str) -> str:

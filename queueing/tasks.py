@@ -11,32 +11,42 @@ and acknowledged late: a worker lost mid-way means the broker delivers them agai
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from queueing import finalize, planning, worker
+from queueing.logs import log_context
 from queueing.runtime import runtime_of
+
+log = logging.getLogger("barge.worker")
 
 
 @shared_task(name="barge.plan_job", bind=True)
 def plan_job(self, job_id: str) -> None:
     runtime = runtime_of(self.app)
-    with finalize.failing_job_on_error(runtime, job_id, "planning"):
+    with log_context(job_id=job_id), finalize.failing_job_on_error(runtime, job_id, "planning"):
         planning.plan_job(runtime, job_id)
 
 
 @shared_task(name="barge.run_shard", bind=True, acks_late=False)
 def run_shard(self, job_id: str, shard_index: int) -> None:
-    worker.run_shard(runtime_of(self.app), job_id, shard_index)
+    runtime = runtime_of(self.app)
+    with log_context(job_id=job_id, shard_id=shard_index), runtime.metrics.shard_attempt() as finished:
+        outcome = worker.run_shard(runtime, job_id, shard_index)
+        finished(outcome.status, outcome.usage)
+        log.info("shard %s: %d rows, %d failed", outcome.status, outcome.num_rows, outcome.rows_failed)
 
 
 @shared_task(name="barge.resume_job", bind=True)
 def resume_job(self, job_id: str) -> None:
     """A retried job: send its window of shards again."""
-    runtime_of(self.app).refill_window(job_id)
+    with log_context(job_id=job_id):
+        runtime_of(self.app).refill_window(job_id)
 
 
 @shared_task(name="barge.finalize_job", bind=True)
 def finalize_job(self, job_id: str) -> None:
     runtime = runtime_of(self.app)
-    with finalize.failing_job_on_error(runtime, job_id, "finalizing"):
+    with log_context(job_id=job_id), finalize.failing_job_on_error(runtime, job_id, "finalizing"):
         finalize.finalize_job(runtime, job_id)

@@ -22,6 +22,7 @@ from queueing.lease import LeaseKeeper
 from queueing.results import build_table
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
+from queueing.usage import ShardUsage, shard_usage
 from storage.manifest import decode_schema
 from storage.plan import ShardPlan
 from storage.read import read_shard
@@ -45,6 +46,7 @@ class ShardOutcome:
     status: str          # committed | dropped | lost | released | retrying | failed
     num_rows: int = 0
     rows_failed: int = 0
+    usage: ShardUsage | None = None   # committed: what the shard processed (metrics)
 
 
 def run_shard(runtime: Runtime, job_id: str, shard_index: int) -> ShardOutcome:
@@ -90,16 +92,18 @@ def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim,
 
 def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim, part: PartInfo,
             outputs: list) -> ShardOutcome:
-    rows_failed = sum(out.error is not None for out in outputs)
+    usage = shard_usage(job.model_key, job.spec.mode, outputs, runtime.engine_settings(job.model_key, job.spec.mode))
+    rows_failed = usage.rows_failed
     is_committed, job_is_ready = runtime.store.commit_shard(
         job.id, shard_index, claim.token, part=dataclasses.asdict(part),
-        rows_succeeded=len(outputs) - rows_failed, rows_failed=rows_failed, events=shard_events(job))
+        rows_succeeded=len(outputs) - rows_failed, rows_failed=rows_failed, events=shard_events(job),
+        num_tokens=usage.num_tokens, engine=usage.engine)
     if not is_committed:
         log.warning("job %s shard %d: attempt %d lost its claim; its part is not committed",
                     job.id, shard_index, claim.attempt)
         return ShardOutcome("lost")
     _after_finish(runtime, job.id, job_is_ready)
-    return ShardOutcome("committed", num_rows=len(outputs), rows_failed=rows_failed)
+    return ShardOutcome("committed", num_rows=len(outputs), rows_failed=rows_failed, usage=usage)
 
 
 def _stopped(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim, reason: str) -> ShardOutcome:

@@ -34,12 +34,13 @@ class Stack:
         return Client(settings=Settings.from_env(self.env))
 
     def start_worker(self, model: str = "minilm", *, timeout_s: float = 180.0,
-                     env: dict[str, str] | None = None) -> subprocess.Popen:
+                     env: dict[str, str] | None = None, metrics_port: int | None = None) -> subprocess.Popen:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.data_dir / f"worker-{len(self.workers)}.log"
         log = open(log_path, "wb")
         env = {**os.environ, **self.env, **(env or {})}
-        process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", model],
+        metrics = ["--metrics-port", str(metrics_port)] if metrics_port is not None else []
+        process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", model, *metrics],
                                    env=env, stdout=log, stderr=subprocess.STDOUT)
         process.log_path = log_path
         self.workers.append(process)
@@ -64,6 +65,14 @@ class Stack:
 
     def worker_logs(self) -> str:
         return "\n".join(Path(p.log_path).read_text()[-3000:] for p in self.workers)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for a worker's metrics server)."""
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @contextmanager

@@ -1,0 +1,96 @@
+"""A job's report: what ran it, how fast, how much worker time by device, and what it
+cost at a price per worker-hour — in the manifest's stats and through `barge report`.
+
+The price is per hour of one worker (on a GPU worker, its GPU-hour): set it with
+BARGE_PRICE_PER_HOUR or `barge report --price-per-hour`, then compare the cost per
+million tokens with a per-token API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobs.store import Store
+from jobs.throughput import Throughput, format_duration, format_rate
+
+
+@dataclass(frozen=True)
+class Cost:
+    price_per_hour: float
+    worker_hours: float
+    total: float
+    per_million_tokens: float | None    # None: the job processed no tokens
+
+    def to_dict(self) -> dict:
+        return {"price_per_hour": self.price_per_hour, "worker_hours": round(self.worker_hours, 6),
+                "total": round(self.total, 6),
+                "per_million_tokens": None if self.per_million_tokens is None else round(self.per_million_tokens, 6)}
+
+
+@dataclass(frozen=True)
+class JobReport:
+    job_id: str
+    status: str
+    mode: str
+    model: str
+    rows_total: int
+    rows_succeeded: int
+    rows_failed: int
+    num_tokens: int
+    num_shards: int
+    engines: list[dict]                  # distinct engine settings of the workers that committed shards
+    throughput: Throughput
+    worker_s_by_device: dict[str, float]  # device type (cpu | cuda | ...) -> seconds
+    cost: Cost | None                    # None: no price given
+
+    def to_dict(self) -> dict:
+        return {"job_id": self.job_id, "status": self.status, "mode": self.mode, "model": self.model,
+                "rows_total": self.rows_total, "rows_succeeded": self.rows_succeeded,
+                "rows_failed": self.rows_failed, "num_tokens": self.num_tokens, "num_shards": self.num_shards,
+                "engines": self.engines, "throughput": self.throughput.to_dict(),
+                "worker_seconds": {device: round(s, 3) for device, s in self.worker_s_by_device.items()},
+                "cost": None if self.cost is None else self.cost.to_dict()}
+
+
+def job_report(store: Store, job_id: str, *, price_per_hour: float | None = None) -> JobReport:
+    job = store.get_job(job_id)
+    progress = store.progress(job_id)
+    by_device = store.device_seconds(job_id)
+    return JobReport(job_id=job_id, status=str(progress.status), mode=job.spec.mode, model=job.spec.model,
+                     rows_total=progress.rows_total, rows_succeeded=progress.rows_succeeded,
+                     rows_failed=progress.rows_failed, num_tokens=progress.num_tokens,
+                     num_shards=sum(progress.shards.values()), engines=store.engine_settings(job_id),
+                     throughput=progress.throughput, worker_s_by_device=by_device,
+                     cost=cost(sum(by_device.values()), progress.num_tokens, price_per_hour))
+
+
+def cost(worker_s: float, num_tokens: int, price_per_hour: float | None) -> Cost | None:
+    if price_per_hour is None:
+        return None
+    worker_hours = worker_s / 3600
+    total = worker_hours * price_per_hour
+    return Cost(price_per_hour=price_per_hour, worker_hours=worker_hours, total=total,
+                per_million_tokens=total / num_tokens * 1e6 if num_tokens else None)
+
+
+def format_report(report: JobReport) -> str:
+    t = report.throughput
+    lines = [f"job {report.job_id}: {report.status} ({report.mode}, model {report.model})",
+             f"  rows: {report.rows_succeeded + report.rows_failed} of {report.rows_total} "
+             f"({report.rows_succeeded} succeeded, {report.rows_failed} failed) in {report.num_shards} shards",
+             f"  tokens: {report.num_tokens}",
+             f"  throughput: {format_rate(t.rows_per_s, 'rows')}, {format_rate(t.tokens_per_s, 'tokens')} overall",
+             f"  time: {format_duration(t.queued_s)} queued, {format_duration(t.running_s)} running, "
+             f"{format_duration(t.worker_s)} of worker time"]
+    devices = ", ".join(f"{device} {seconds:.1f}s" for device, seconds in sorted(report.worker_s_by_device.items()))
+    lines.append(f"  worker seconds by device: {devices or 'none yet'}")
+    for settings in report.engines:
+        lines.append("  engine: " + ", ".join(f"{name}={value}" for name, value in settings.items()))
+    if report.cost is None:
+        lines.append("  cost: set BARGE_PRICE_PER_HOUR or --price-per-hour")
+    else:
+        c = report.cost
+        per_million = "-" if c.per_million_tokens is None else f"{c.per_million_tokens:.4f}"
+        lines.append(f"  cost: {c.total:.4f} for {c.worker_hours:.4f} worker-hours at {c.price_per_hour:g}/hour; "
+                     f"{per_million} per million tokens")
+    return "\n".join(lines)
