@@ -32,6 +32,7 @@ class WorkerOptions:
     housekeeping_s: float = 2.0     # how often leases are reclaimed and windows refilled
     requeue_after_s: float = 600.0  # a sent shard nobody claimed for this long is sent again
     chunk_rows: int = 256           # rows per engine call; between calls the worker checks its claim
+    kv_cache_fraction: float | None = None   # generate: share of free memory for the KV cache (engine default 0.3)
     metrics_port: int = 0           # serve Prometheus metrics on this port; 0: off (queueing.metrics)
     metrics_addr: str = "0.0.0.0"   # the address the metrics server binds
 
@@ -41,11 +42,12 @@ class WorkerOptions:
         names = {"lease_s": "BARGE_LEASE_S", "max_attempts": "BARGE_MAX_ATTEMPTS", "job_window": "BARGE_JOB_WINDOW",
                  "drain_grace_s": "BARGE_DRAIN_GRACE_S", "housekeeping_s": "BARGE_HOUSEKEEPING_S",
                  "requeue_after_s": "BARGE_REQUEUE_AFTER_S", "chunk_rows": "BARGE_CHUNK_ROWS",
-                 "metrics_port": "BARGE_METRICS_PORT", "metrics_addr": "BARGE_METRICS_ADDR"}
+                 "metrics_port": "BARGE_METRICS_PORT", "metrics_addr": "BARGE_METRICS_ADDR",
+                 "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION"}
         values = {}
         for name, variable in names.items():
             if env.get(variable):
-                kind = type(getattr(cls, name))
+                kind = float if name == "kv_cache_fraction" else type(getattr(cls, name))
                 try:
                     values[name] = kind(env[variable])
                 except ValueError:
@@ -77,7 +79,10 @@ class Runtime:
                     raise LookupError(f"this worker does not serve model {model_key!r}")
                 from engine import Engine   # heavy: torch loads only in model-serving processes
                 log.info("loading model %s (%s) for %s", ref.key, ref.path, mode)
-                engine = Engine.from_pretrained(ref.path, mode=mode)
+                options = {}
+                if mode == "generate" and self.options.kv_cache_fraction is not None:
+                    options["kv_cache_memory_fraction"] = self.options.kv_cache_fraction
+                engine = Engine.from_pretrained(ref.path, mode=mode, **options)
                 self.engines[(model_key, mode)] = engine
             return engine
 

@@ -226,7 +226,7 @@ def test_a_generate_job_on_smollm2_matches_the_engine_row_by_row(tmp_path):
     corpus.mkdir()
     pq.write_table(pa.table({"doc_id": pa.array(range(len(prompts)), pa.int64()),
                              "text": pa.array(prompts, pa.string())}), corpus / "p.parquet")
-    with stack("embedded", tmp_path / "barge") as deployment:
+    with stack("embedded", tmp_path / "barge", {"BARGE_KV_CACHE_FRACTION": "0.05"}) as deployment:
         deployment.start_worker(model="smollm2")
         client = deployment.client()
         with pytest.raises(JobSpecError, match="params"):
@@ -245,7 +245,7 @@ def test_a_generate_job_on_smollm2_matches_the_engine_row_by_row(tmp_path):
     table = greedy.results().sort_by("doc_id")
     assert table.schema.names == ["doc_id", "text", "finish_reason", "num_prompt_tokens", "num_output_tokens", "error"]
     assert table.column("error").to_pylist()[2] is not None and table.column("text").to_pylist()[2] is None
-    engine = Engine.from_pretrained(resolve_model("smollm2").path, mode="generate")
+    engine = Engine.from_pretrained(resolve_model("smollm2").path, mode="generate", num_blocks=256)
     alone = engine.generate([p for p in prompts if p is not None], SamplingParams(max_tokens=12, temperature=0.0))
     texts = [t for t, p in zip(table.column("text").to_pylist(), prompts) if p is not None]
     assert texts == [out.text for out in alone], "a job's greedy text equals the engine's"
