@@ -1,39 +1,50 @@
-"""Embedder: the embed mode — tokenize, pack by length, encode, pool, back in input order."""
+"""Embedder: the embed mode — tokenize ahead, pack by length, encode, pool, back in input order."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from engine.batching import plan_batches
+from engine.batching import pack, plan_batches
 from engine.config import EncoderConfig, load_encoder_config
 from engine.layers.pooling import finish, pool
 from engine.loader.safetensors import load_weights, weight_files
-from engine.models.bert import BertModel, checkpoint_name_to_ours
+from engine.models.bert import BertModel, checkpoint_name_to_ours, fuse_qkv
 from engine.outputs import EmbeddingOutput
+from engine.params import EmbedParams
 from engine.tokenizer import Tokenizer
+
+# Rows are tokenized in chunks on a background thread while the model runs the chunk
+# before. The first chunk is small so the model starts early; later ones are large so
+# each sorts enough rows by length to form batches of few attention groups.
+FIRST_CHUNK_ROWS = 256
+CHUNK_ROWS = 8192
 
 
 class Embedder:
     def __init__(self, config: EncoderConfig, tokenizer: Tokenizer, model: BertModel,
                  device: torch.device, max_batch_tokens: int):
+        if max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be positive, got {max_batch_tokens}")
         self.config = config
         self.tokenizer = tokenizer
         self.model = model
         self.device = device
         self.max_batch_tokens = max_batch_tokens
+        self._tokenize_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="barge-tokenize")
 
     @classmethod
-    def load(cls, folder: str | Path, dtype: torch.dtype, device: torch.device,
-             max_batch_tokens: int = 16384) -> "Embedder":
+    def load(cls, folder: str | Path, dtype: torch.dtype, device: torch.device, max_batch_tokens: int) -> "Embedder":
         config = load_encoder_config(folder)
         weight_files(folder)              # a missing weights file fails before anything is built
         tokenizer = Tokenizer.from_folder(folder, config.max_seq_length, config.do_lower_case)
         with torch.device("meta"):
             model = BertModel(config)
-        load_weights(model, folder, checkpoint_name_to_ours)
+        load_weights(model, folder, checkpoint_name_to_ours, combine=fuse_qkv)
         model = model.to(device=device, dtype=dtype).eval()
         return cls(config, tokenizer, model, device, max_batch_tokens)
 
@@ -41,54 +52,73 @@ class Embedder:
     def embedding_dim(self) -> int:
         return self.config.hidden_size
 
-    def embed(self, texts: list, dimensions: int | None = None, normalize: bool = True) -> np.ndarray:
-        """float32 [len(texts), dimensions or embedding_dim]; raises on the first bad row."""
+    def embed(self, texts: list, params: EmbedParams) -> np.ndarray:
+        """[len(texts), dimensions or embedding_dim] of params.output_dtype; raises on the first bad row."""
+        params.check(self.embedding_dim)
         for index, text in enumerate(texts):
             error = text_error(text)
             if error:
                 raise ValueError(f"row {index}: {error}")
-        outputs = self.encode(texts, dimensions, normalize)
+        outputs = self.encode(texts, params)
+        for index, output in enumerate(outputs):
+            if output.error:
+                raise ValueError(f"row {index}: {output.error}")
         if not outputs:
-            return np.zeros((0, dimensions or self.embedding_dim), dtype=np.float32)
+            return np.zeros((0, params.dimensions or self.embedding_dim), dtype=params.numpy_dtype)
         return np.stack([output.embedding for output in outputs])
 
-    def encode(self, texts: list, dimensions: int | None = None, normalize: bool = True) -> list[EmbeddingOutput]:
+    def encode(self, texts: list, params: EmbedParams) -> list[EmbeddingOutput]:
         """One EmbeddingOutput per text, in input order; a bad row gets .error, never an exception."""
-        self._check_dimensions(dimensions)
-        errors = [text_error(text) for text in texts]
-        valid = [index for index, error in enumerate(errors) if error is None]
-        token_ids = self.tokenizer.encode_batch([texts[index] for index in valid])
-        vectors = self._embed_token_ids(token_ids, dimensions, normalize)
-        outputs = [EmbeddingOutput(None, 0, error) for error in errors]
-        for position, index in enumerate(valid):
-            outputs[index] = EmbeddingOutput(vectors[position], len(token_ids[position]))
+        params.check(self.embedding_dim)
+        outputs: list[EmbeddingOutput | None] = [None] * len(texts)
+        valid = []
+        for index, text in enumerate(texts):
+            error = text_error(text)
+            if error:
+                outputs[index] = EmbeddingOutput(None, 0, error)
+            else:
+                valid.append(index)
+        for rows, token_ids in self._tokenized_chunks(texts, valid, params.truncate):
+            accepted = []
+            for row, ids in zip(rows, token_ids):
+                error = self._token_error(len(ids))
+                if error:
+                    outputs[row] = EmbeddingOutput(None, len(ids), error)
+                else:
+                    accepted.append((row, ids))
+            vectors = self._embed_token_ids([ids for _, ids in accepted], params)
+            for (row, ids), vector in zip(accepted, vectors):
+                outputs[row] = EmbeddingOutput(vector, len(ids))
         return outputs
 
+    def _tokenized_chunks(self, texts: list, rows: list[int], truncate: bool) -> Iterator[tuple[list[int], list]]:
+        """(rows, their token ids) chunk by chunk; the next chunk tokenizes while the caller works."""
+        bounds = [0, min(FIRST_CHUNK_ROWS, len(rows))]
+        while bounds[-1] < len(rows):
+            bounds.append(min(bounds[-1] + CHUNK_ROWS, len(rows)))
+        chunks = [rows[start:end] for start, end in zip(bounds, bounds[1:]) if end > start]
+        futures = [self._tokenize_thread.submit(self.tokenizer.encode_batch, [texts[row] for row in chunk], truncate)
+                   for chunk in chunks]
+        for chunk, future in zip(chunks, futures):
+            yield chunk, future.result()
+
+    def _token_error(self, num_tokens: int) -> str | None:
+        if num_tokens > self.config.max_seq_length:
+            return (f"text has {num_tokens} tokens, over the model's max_seq_length of {self.config.max_seq_length} "
+                    f"(refused because truncate=False)")
+        if num_tokens == 0:
+            return "text has no tokens"
+        return None
+
     @torch.inference_mode()
-    def _embed_token_ids(self, token_ids: list[list[int]], dimensions: int | None, normalize: bool) -> np.ndarray:
-        vectors = np.zeros((len(token_ids), dimensions or self.embedding_dim), dtype=np.float32)
-        for batch in plan_batches([len(ids) for ids in token_ids], self.max_batch_tokens):
-            input_ids, attention_mask = self._pad([token_ids[index] for index in batch])
-            hidden = self.model(input_ids, attention_mask)
-            pooled = finish(pool(hidden, attention_mask, self.config.pooling), dimensions, normalize)
-            vectors[batch] = pooled.cpu().numpy()
+    def _embed_token_ids(self, token_ids: list[list[int]], params: EmbedParams) -> np.ndarray:
+        vectors = np.empty((len(token_ids), params.dimensions or self.embedding_dim), dtype=params.numpy_dtype)
+        for rows in plan_batches([len(ids) for ids in token_ids], self.max_batch_tokens):
+            batch = pack(token_ids, rows).to(self.device)
+            hidden = self.model(batch)
+            pooled = finish(pool(hidden, batch.seq_lens, self.config.pooling), params.dimensions, params.normalize)
+            vectors[rows] = pooled.cpu().numpy()
         return vectors
-
-    def _pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-pad to the longest row: input_ids and attention_mask, both [len(rows), max_len]."""
-        max_len = max(len(ids) for ids in rows)
-        input_ids = torch.full((len(rows), max_len), self.config.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), max_len), dtype=torch.long)
-        for row, ids in enumerate(rows):
-            input_ids[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, :len(ids)] = 1
-        return input_ids.to(self.device), attention_mask.to(self.device)
-
-    def _check_dimensions(self, dimensions: int | None) -> None:
-        if dimensions is None:
-            return
-        if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 0 < dimensions <= self.embedding_dim:
-            raise ValueError(f"dimensions must be an int in 1..{self.embedding_dim} (the model's hidden size), got {dimensions!r}")
 
 
 def text_error(text: object) -> str | None:

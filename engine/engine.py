@@ -10,11 +10,16 @@ import torch
 from engine.embedder import Embedder
 from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, SamplingParams
 from engine.outputs import EmbeddingOutput
+from engine.params import EmbedParams
 
 MODES = ("generate", "embed", "transcribe")
 NOT_YET_IMPLEMENTED = ("transcribe",)
 QUANTIZATIONS = (None,)    # "fp8" comes with the FP8 work
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Tokens per forward pass when the caller names no budget. On CPU the FFN's
+# [tokens, 4 * hidden] activations should stay in cache, so batches are small; a GPU
+# needs many tokens in flight to fill its cores.
+DEFAULT_MAX_BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
 
 
 class Engine:
@@ -27,7 +32,7 @@ class Engine:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, mode: str = "embed", dtype: str | torch.dtype = "float32",
-                        device: str | torch.device | None = None, max_batch_tokens: int = 16384,
+                        device: str | torch.device | None = None, max_batch_tokens: int | None = None,
                         quantization: str | None = None, **generate_options) -> "Engine":
         """Load a Hugging Face–format folder (config.json, model.safetensors, tokenizer.json),
         or for mode="generate" also a .gguf file. generate_options: see GenerateOptions."""
@@ -42,7 +47,10 @@ class Engine:
             return cls(mode, llm=LLMEngine.load(path, resolve_dtype(dtype), resolve_device(device), options))
         if generate_options:
             raise TypeError(f"options {sorted(generate_options)} apply to mode 'generate' only")
-        embedder = Embedder.load(path, resolve_dtype(dtype), resolve_device(device), max_batch_tokens)
+        device = resolve_device(device)
+        if max_batch_tokens is None:     # real (unpadded) tokens per forward pass
+            max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS.get(device.type, DEFAULT_MAX_BATCH_TOKENS["cuda"])
+        embedder = Embedder.load(path, resolve_dtype(dtype), device, max_batch_tokens)
         return cls(mode, embedder)
 
     @property
@@ -65,13 +73,31 @@ class Engine:
             raise ValueError(f"generate needs an engine loaded with mode='generate', not {self.mode!r}")
         return self.llm.generate(prompts, params)
 
-    def embed(self, texts: list[str], dimensions: int | None = None, normalize: bool = True) -> np.ndarray:
-        """float32 [len(texts), dimensions or embedding_dim] in input order; ValueError naming a bad row."""
-        return self._embedder.embed(texts, dimensions, normalize)
+    @property
+    def max_batch_tokens(self) -> int:
+        return self._embedder.max_batch_tokens
 
-    def encode(self, texts: list, dimensions: int | None = None, normalize: bool = True) -> list[EmbeddingOutput]:
-        """One EmbeddingOutput per text in input order; bad rows carry .error instead of raising."""
-        return self._embedder.encode(texts, dimensions, normalize)
+    def num_tokens(self, texts: list[str], truncate: bool = True) -> list[int]:
+        """Tokens each text would feed the model, special tokens included."""
+        return [len(ids) for ids in self._embedder.tokenizer.encode_batch(texts, truncate)]
+
+    def embed(self, texts: list[str], dimensions: int | None = None, normalize: bool = True,
+              truncate: bool = True, output_dtype: str = "float32") -> np.ndarray:
+        """[len(texts), dimensions or embedding_dim] in input order; ValueError naming a bad row.
+
+        truncate=False refuses (raises for) a text longer than max_seq_length instead of
+        cutting it; output_dtype is "float32" or "float16".
+        """
+        return self._embedder.embed(texts, EmbedParams(dimensions, normalize, truncate, output_dtype))
+
+    def encode(self, texts: list, dimensions: int | None = None, normalize: bool = True,
+               truncate: bool = True, output_dtype: str = "float32") -> list[EmbeddingOutput]:
+        """One EmbeddingOutput per text in input order; bad rows carry .error instead of raising.
+
+        With truncate=False a text over max_seq_length is such a row: its error names
+        its token count and the limit.
+        """
+        return self._embedder.encode(texts, EmbedParams(dimensions, normalize, truncate, output_dtype))
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

@@ -11,9 +11,10 @@ import numpy as np
 class EmbeddingOutput:
     """The result of embedding one text."""
 
-    embedding: np.ndarray | None   # float32 [dimensions or embedding_dim]; None when error is set
+    embedding: np.ndarray | None   # [dimensions or embedding_dim], float32 or float16; None when error is set
     num_tokens: int                # tokens fed to the model after truncation, special tokens included
-    error: str | None = None       # why this row has no embedding ("text is null", ...)
+                                   # (a text refused for its length: all of its tokens)
+    error: str | None = None       # why this row has no embedding ("text is null", "text has 300 tokens, ...")
 
     @property
     def is_ok(self) -> bool:

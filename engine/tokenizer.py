@@ -1,4 +1,4 @@
-"""Tokenizer: tokenizer.json through the `tokenizers` library, truncating, never padding."""
+"""Tokenizer: tokenizer.json through the `tokenizers` library, never padding."""
 
 from __future__ import annotations
 
@@ -8,17 +8,23 @@ from tokenizers import Tokenizer as HFTokenizer
 
 
 class Tokenizer:
-    """Turns texts into token ids, special tokens included, at most max_length each.
+    """Turns texts into token ids, special tokens included.
 
-    Padding stays off: batches are padded by the engine after sorting by length, so a
-    short text never pays for a long neighbour it will not be batched with.
+    Padding stays off: the engine packs texts end to end, so nothing is ever padded.
+    Two instances of the same tokenizer are kept, one truncating at max_length and one
+    not (to count the tokens of a text that will be refused), because truncation is
+    state of the Rust object and batches may be encoded from a background thread.
     """
 
     def __init__(self, tokenizer: HFTokenizer, max_length: int, do_lower_case: bool = False):
-        tokenizer.no_padding()
+        serialized = tokenizer.to_str()
+        self._truncating = HFTokenizer.from_str(serialized)
+        self._truncating.no_padding()
         # max_length counts the special tokens the post-processor adds ([CLS], [SEP]).
-        tokenizer.enable_truncation(max_length=max_length)
-        self._tokenizer = tokenizer
+        self._truncating.enable_truncation(max_length=max_length)
+        self._whole = HFTokenizer.from_str(serialized)
+        self._whole.no_padding()
+        self._whole.no_truncation()
         self.max_length = max_length
         self.do_lower_case = do_lower_case
 
@@ -29,7 +35,9 @@ class Tokenizer:
             raise FileNotFoundError(f"tokenizer.json not found in model folder {folder}")
         return cls(HFTokenizer.from_file(str(path)), max_length, do_lower_case)
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    def encode_batch(self, texts: list[str], truncate: bool = True) -> list[list[int]]:
+        """Token ids per text; with truncate=False a text may run past max_length."""
         if self.do_lower_case:
             texts = [text.lower() for text in texts]
-        return [encoding.ids for encoding in self._tokenizer.encode_batch(texts)]
+        tokenizer = self._truncating if truncate else self._whole
+        return [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)]

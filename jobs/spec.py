@@ -25,6 +25,8 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
     "embed": {
         "normalize": ((bool,), "a boolean"),
         "dimensions": ((int, type(None)), "a positive integer or null"),
+        "truncate": ((bool,), "a boolean (false: refuse texts longer than the model's max_seq_length)"),
+        "output_dtype": ((str,), '"float32" or "float16"'),
     },
     # engine.SamplingParams; a row's seed is derived from `seed` and its id (queueing.inference)
     "generate": {
@@ -168,6 +170,8 @@ class JobSpec:
         dimensions = self.params.get("dimensions")
         if dimensions is not None and dimensions < 1:
             raise JobSpecError("params.dimensions", f"must be a positive integer, got {dimensions!r}")
+        if self.params.get("output_dtype", "float32") not in ("float32", "float16"):
+            raise JobSpecError("params.output_dtype", f'must be "float32" or "float16", got {self.params["output_dtype"]!r}')
 
     @property
     def inputs(self) -> list[str]:

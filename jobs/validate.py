@@ -52,7 +52,8 @@ def check_job(spec: JobSpec) -> CheckedJob:
     # Outside the try: a JobSpecError is a ValueError, and its field must not become id_column's.
     dimensions = _dimensions(spec, model)
     try:
-        schema = output_schema(spec.mode, id_field, dimensions=dimensions)
+        embedding_dtype = {"embedding_dtype": spec.params.get("output_dtype", "float32")} if spec.mode == "embed" else {}
+        schema = output_schema(spec.mode, id_field, dimensions=dimensions, **embedding_dtype)
     except ValueError as exc:
         raise JobSpecError("id_column", str(exc)) from None
     return CheckedJob(model=model, input=info, output_schema=_with_carried(schema, spec, info))

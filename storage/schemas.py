@@ -30,13 +30,18 @@ _RESULT_FIELDS: dict[str, list[pa.Field]] = {
 MODES = ("embed", "generate", "transcribe")
 
 
-def output_schema(mode: str, id_field: pa.Field, *, dimensions: int | None = None) -> pa.Schema:
+EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
+
+
+def output_schema(mode: str, id_field: pa.Field, *, dimensions: int | None = None,
+                  embedding_dtype: str = "float32") -> pa.Schema:
     """The schema of every part file of a job in `mode`.
 
     `id_field` is the input's id column (name and type are kept). `dimensions`
-    is required for "embed": the length of each embedding vector.
+    is required for "embed": the length of each embedding vector, whose values are
+    `embedding_dtype` ("float32" or "float16").
     """
-    result_fields = _result_fields(mode, dimensions)
+    result_fields = _result_fields(mode, dimensions, embedding_dtype)
     fields = [id_field.remove_metadata(), *result_fields, pa.field("error", pa.string())]
     taken = {field.name for field in fields[1:]}
     if id_field.name in taken:
@@ -45,12 +50,15 @@ def output_schema(mode: str, id_field: pa.Field, *, dimensions: int | None = Non
     return pa.schema(fields)
 
 
-def _result_fields(mode: str, dimensions: int | None) -> list[pa.Field]:
+def _result_fields(mode: str, dimensions: int | None, embedding_dtype: str) -> list[pa.Field]:
     if mode == "embed":
         if isinstance(dimensions, bool) or not isinstance(dimensions, numbers.Integral) or dimensions < 1:
             raise ValueError(f"embed needs dimensions as a positive int, got {dimensions!r}")
+        if embedding_dtype not in EMBEDDING_DTYPES:
+            raise ValueError(f"embedding_dtype must be one of {tuple(EMBEDDING_DTYPES)}, got {embedding_dtype!r}")
+        value_type = EMBEDDING_DTYPES[embedding_dtype]
         return [
-            pa.field("embedding", pa.list_(pa.float32(), int(dimensions))),  # null when the row failed
+            pa.field("embedding", pa.list_(value_type, int(dimensions))),  # null when the row failed
             pa.field("num_tokens", pa.int32()),
         ]
     if dimensions is not None:

@@ -1,4 +1,5 @@
-"""Pooling: per-token hidden states -> one vector per text, as sentence-transformers does."""
+"""Pooling: per-token hidden states of a packed batch -> one vector per text, as
+sentence-transformers does."""
 
 from __future__ import annotations
 
@@ -6,27 +7,24 @@ import torch
 import torch.nn.functional as F
 
 
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """hidden: [batch, seq, dim]; attention_mask: [batch, seq], 1 = real token (right padding).
+def pool(hidden: torch.Tensor, seq_lens: torch.Tensor, mode: str) -> torch.Tensor:
+    """hidden: [num_tokens, dim], texts end to end; seq_lens: [num_seqs], each ≥ 1.
 
-    Returns [batch, dim] in float32. Padded slots never contribute.
+    Returns [num_seqs, dim] in float32. No token of one text reaches another's vector.
     """
     hidden = hidden.float()
-    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)          # [batch, seq, 1]
+    ends = torch.cumsum(seq_lens, 0)                               # [num_seqs]
     if mode == "cls":
-        return hidden[:, 0]
+        return hidden[ends - seq_lens]
     if mode == "lasttoken":
-        last = attention_mask.sum(dim=1).long() - 1                # [batch]
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        return hidden[ends - 1]
     if mode == "max":
-        return hidden.masked_fill(mask == 0, float("-inf")).amax(dim=1)
-    num_tokens = mask.sum(dim=1).clamp(min=1e-9)                   # [batch, 1]
-    summed = (hidden * mask).sum(dim=1)
-    if mode == "mean":
-        return summed / num_tokens
-    if mode == "mean_sqrt_len_tokens":
-        return summed / num_tokens.sqrt()
-    raise ValueError(f"unsupported pooling mode {mode!r}")
+        return torch.segment_reduce(hidden, "max", lengths=seq_lens)
+    if mode not in ("mean", "mean_sqrt_len_tokens"):
+        raise ValueError(f"unsupported pooling mode {mode!r}")
+    summed = torch.segment_reduce(hidden, "sum", lengths=seq_lens)
+    num_tokens = seq_lens.to(summed.dtype).unsqueeze(-1)           # [num_seqs, 1]
+    return summed / (num_tokens if mode == "mean" else num_tokens.sqrt())
 
 
 def finish(pooled: torch.Tensor, dimensions: int | None, normalize: bool) -> torch.Tensor:

@@ -22,11 +22,14 @@ def weight_files(folder: str | Path) -> list[Path]:
     raise FileNotFoundError(f"model.safetensors not found in model folder {folder} (only safetensors weights are supported)")
 
 
-def load_weights(model: torch.nn.Module, folder: str | Path, rename: Callable[[str], str | None]) -> None:
+def load_weights(model: torch.nn.Module, folder: str | Path, rename: Callable[[str], str | None],
+                 combine: Callable[[dict], dict] | None = None) -> None:
     """Assign every checkpoint tensor to the parameter `rename` maps it to.
 
-    `rename` returns None for tensors the model does not use (pooler, MLM head). The
-    model may live on the meta device: parameters are replaced, not copied into.
+    `rename` returns None for tensors the model does not use (pooler, MLM head).
+    `combine`, when given, rewrites the renamed state before it is assigned (fusing
+    Q, K and V into one tensor). The model may live on the meta device: parameters
+    are replaced, not copied into.
     """
     state = {}
     for path in weight_files(folder):
@@ -35,6 +38,8 @@ def load_weights(model: torch.nn.Module, folder: str | Path, rename: Callable[[s
                 ours = rename(name)
                 if ours is not None:
                     state[ours] = checkpoint.get_tensor(name)
+    if combine is not None:
+        state = combine(state)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     except RuntimeError as error:      # shape mismatches

@@ -1,19 +1,21 @@
-"""BERT-style encoder (BERT, RoBERTa, XLM-R): token ids -> last hidden states."""
+"""BERT-style encoder (BERT, RoBERTa, XLM-R) over packed batches: token ids -> hidden states.
+
+Every tensor is [num_tokens, ...] with the batch's texts laid end to end (see
+engine/batching.py): no padding, no mask. Q, K and V are one fused projection.
+"""
 
 from __future__ import annotations
+
+import re
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.batching import PackedBatch
 from engine.config import EncoderConfig
-
-ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
+from engine.layers.attention import varlen_attention
+from engine.layers.linear import ACTIVATIONS, linear_act, linear_residual
 
 # Checkpoint name pieces -> ours, applied in order ("attention.output.dense" must go
 # before "output.dense"). Names outside the encoder (pooler, MLM head) are dropped.
@@ -28,6 +30,7 @@ CHECKPOINT_RENAMES = (
     ("output.LayerNorm", "ffn_norm"),
     ("embeddings.LayerNorm", "embeddings.norm"),
 )
+QKV_PIECE = re.compile(r"^(layers\.\d+\.attention)\.(query|key|value)\.(weight|bias)$")
 
 
 def checkpoint_name_to_ours(name: str) -> str | None:
@@ -40,6 +43,24 @@ def checkpoint_name_to_ours(name: str) -> str | None:
     return name
 
 
+def fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Concatenate each layer's query, key and value (weights and biases) into `qkv`."""
+    fused: dict[str, torch.Tensor] = {}
+    pieces: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in state.items():
+        match = QKV_PIECE.match(name)
+        if match is None:
+            fused[name] = tensor
+        else:
+            prefix, which, kind = match.groups()
+            pieces.setdefault(f"{prefix}.qkv.{kind}", {})[which] = tensor
+    for name, parts in pieces.items():
+        if set(parts) != {"query", "key", "value"}:
+            raise ValueError(f"checkpoint has only {sorted(parts)} of query/key/value for {name}")
+        fused[name] = torch.cat([parts["query"], parts["key"], parts["value"]])
+    return fused
+
+
 class BertEmbeddings(nn.Module):
     def __init__(self, config: EncoderConfig):
         super().__init__()
@@ -49,12 +70,9 @@ class BertEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.position_offset = config.position_offset
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        # input_ids: [batch, seq]. Texts are right-padded, so every text's positions
-        # start at 0; padded slots get positions too but are masked everywhere.
-        seq_len = input_ids.shape[1]
-        positions = torch.arange(seq_len, device=input_ids.device) + self.position_offset
-        hidden = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # input_ids, positions: [num_tokens] -> [num_tokens, hidden]
+        hidden = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.position_offset)
         # Single-text inputs: every token is segment 0.
         hidden = hidden + self.token_type_embeddings.weight[0]
         return self.norm(hidden)
@@ -63,21 +81,14 @@ class BertEmbeddings(nn.Module):
 class SelfAttention(nn.Module):
     def __init__(self, config: EncoderConfig):
         super().__init__()
-        hidden = config.hidden_size
         self.num_heads = config.num_heads
-        self.head_dim = hidden // config.num_heads
-        self.query = nn.Linear(hidden, hidden)
-        self.key = nn.Linear(hidden, hidden)
-        self.value = nn.Linear(hidden, hidden)
-        self.out = nn.Linear(hidden, hidden)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        # hidden: [batch, seq, hidden]; key_mask: [batch, 1, 1, seq], True = real token.
-        batch, seq_len, _ = hidden.shape
-        q, k, v = (proj(hidden).view(batch, seq_len, self.num_heads, self.head_dim).transpose(1, 2)
-                   for proj in (self.query, self.key, self.value))
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
-        return self.out(attended.transpose(1, 2).reshape(batch, seq_len, -1))
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """hidden: [num_tokens, hidden] -> hidden + attention(hidden), before the norm."""
+        attended = varlen_attention(F.linear(hidden, self.qkv.weight, self.qkv.bias), batch.groups, self.num_heads)
+        return linear_residual(attended, self.out.weight, self.out.bias, hidden)
 
 
 class BertLayer(nn.Module):
@@ -85,18 +96,19 @@ class BertLayer(nn.Module):
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
+        if config.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"unsupported hidden_act {config.hidden_act!r}; expected one of {sorted(ACTIVATIONS)}")
         self.attention = SelfAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.ffn_out = nn.Linear(config.intermediate_size, config.hidden_size)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        if config.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"unsupported hidden_act {config.hidden_act!r}; expected one of {sorted(ACTIVATIONS)}")
-        self.act = ACTIVATIONS[config.hidden_act]
+        self.act = config.hidden_act
 
-    def forward(self, hidden: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.attention_norm(hidden + self.attention(hidden, key_mask))
-        return self.ffn_norm(hidden + self.ffn_out(self.act(self.ffn_in(hidden))))
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        hidden = self.attention_norm(self.attention(hidden, batch))
+        inner = linear_act(hidden, self.ffn_in.weight, self.ffn_in.bias, self.act)
+        return self.ffn_norm(linear_residual(inner, self.ffn_out.weight, self.ffn_out.bias, hidden))
 
 
 class BertModel(nn.Module):
@@ -105,10 +117,9 @@ class BertModel(nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """input_ids, attention_mask: [batch, seq] -> last hidden states [batch, seq, hidden]."""
-        key_mask = attention_mask.bool()[:, None, None, :]
-        hidden = self.embeddings(input_ids)
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        """A packed batch (on this model's device) -> last hidden states [num_tokens, hidden]."""
+        hidden = self.embeddings(batch.input_ids, batch.positions)
         for layer in self.layers:
-            hidden = layer(hidden, key_mask)
+            hidden = layer(hidden, batch)
         return hidden

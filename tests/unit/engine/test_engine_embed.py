@@ -89,3 +89,44 @@ def test_empty_input(engine):
     assert engine.encode([]) == []
     assert engine.embed([]).shape == (0, 384)
     assert engine.embed([], dimensions=32).shape == (0, 32)
+
+
+def test_truncate_false_refuses_long_texts_naming_their_length(engine):
+    long_text = "word " * 300
+    outputs = engine.encode([TEXTS[0], long_text, TEXTS[1]], truncate=False)
+    assert outputs[1].embedding is None
+    assert outputs[1].num_tokens == 302
+    assert outputs[1].error == ("text has 302 tokens, over the model's max_seq_length of 256 "
+                                "(refused because truncate=False)")
+    assert outputs[0].error is None and outputs[2].error is None
+    assert np.allclose(outputs[0].embedding, engine.embed([TEXTS[0]])[0], atol=1e-6)
+    with pytest.raises(ValueError, match="row 1: text has 302 tokens"):
+        engine.embed([TEXTS[0], long_text], truncate=False)
+    # By default the same text is cut at max_seq_length instead.
+    assert engine.encode([long_text])[0].num_tokens == 256
+
+
+def test_float16_output_rounds_the_float32_vectors(engine):
+    full = engine.embed(TEXTS)
+    half = engine.embed(TEXTS, output_dtype="float16")
+    assert half.dtype == np.float16 and half.shape == full.shape
+    assert np.allclose(half.astype(np.float32), full, atol=1e-3)
+    assert engine.encode(TEXTS, output_dtype="float16", dimensions=32)[0].embedding.dtype == np.float16
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"output_dtype": "bfloat16"}, "output_dtype"),
+    ({"truncate": "no"}, "truncate"),
+    ({"normalize": None}, "normalize"),
+])
+def test_bad_params_are_refused(engine, params, match):
+    with pytest.raises(ValueError, match=match):
+        engine.encode(TEXTS, **params)
+
+
+def test_many_rows_tokenized_ahead_come_back_in_input_order(engine):
+    # More rows than the first tokenizer chunk, so the model overlaps a second chunk.
+    texts = [f"{TEXTS[i % 3]} {i}" + " more" * (i % 40) for i in range(600)]
+    vectors = engine.embed(texts)
+    for i in (0, 255, 256, 257, 599):
+        assert np.allclose(vectors[i], engine.embed([texts[i]])[0], atol=1e-5)

@@ -1,14 +1,14 @@
-"""pool / finish on fabricated hidden states: padded slots never count."""
+"""pool / finish on fabricated packed hidden states: no text's tokens reach another's vector."""
 
 import pytest
 import torch
 
 from engine.layers.pooling import finish, pool
 
-# Two texts, right-padded: the second has 2 real tokens of 3.
-HIDDEN = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]],
-                       [[1.0, 0.0], [3.0, 8.0], [100.0, 100.0]]])
-MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+# Two texts end to end: 3 tokens, then 2.
+HIDDEN = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0],
+                       [1.0, 0.0], [3.0, 8.0]])
+SEQ_LENS = torch.tensor([3, 2])
 
 
 @pytest.mark.parametrize("mode, expected", [
@@ -18,13 +18,17 @@ MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
     ("lasttoken", [[5.0, 6.0], [3.0, 8.0]]),
     ("mean_sqrt_len_tokens", [[9.0 / 3**0.5, 12.0 / 3**0.5], [4.0 / 2**0.5, 8.0 / 2**0.5]]),
 ])
-def test_pool_ignores_padding(mode, expected):
-    assert torch.allclose(pool(HIDDEN, MASK, mode), torch.tensor(expected))
+def test_pool_keeps_texts_apart(mode, expected):
+    assert torch.allclose(pool(HIDDEN, SEQ_LENS, mode), torch.tensor(expected))
+
+
+def test_pool_returns_float32_for_half_precision_hidden_states():
+    assert pool(HIDDEN.bfloat16(), SEQ_LENS, "mean").dtype == torch.float32
 
 
 def test_unknown_pooling_mode_is_refused():
     with pytest.raises(ValueError, match="weightedmean"):
-        pool(HIDDEN, MASK, "weightedmean")
+        pool(HIDDEN, SEQ_LENS, "weightedmean")
 
 
 def test_finish_truncates_then_normalises():

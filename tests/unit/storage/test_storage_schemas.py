@@ -18,6 +18,13 @@ def test_embed():
     assert schema.field("num_tokens").type == pa.int32()
 
 
+def test_embed_as_float16():
+    schema = output_schema("embed", ID, dimensions=64, embedding_dtype="float16")
+    assert schema.field("embedding").type == pa.list_(pa.float16(), 64)
+    with pytest.raises(ValueError, match="embedding_dtype"):
+        output_schema("embed", ID, dimensions=64, embedding_dtype="int8")
+
+
 def test_generate_keeps_the_id_name_and_type():
     schema = output_schema("generate", pa.field("key", pa.string()))
     assert schema == pa.schema([

@@ -1,0 +1,57 @@
+"""Linear layers with their epilogue fused: bias + activation, bias + residual add.
+
+On CPU, oneDNN's linear primitive applies the epilogue while the output tile is still
+in cache, saving a pass over [num_tokens, width] per fusion (the GELU output of the
+FFN is the widest tensor of an encoder layer). Elsewhere, or where this PyTorch build
+lacks the op, the same math runs unfused.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# hidden_act -> (oneDNN post-op, its algorithm); the unfused twin is in ACTIVATIONS.
+ONEDNN_ACTIVATIONS = {
+    "gelu": ("gelu", "none"),
+    "gelu_new": ("gelu", "tanh"),
+    "gelu_pytorch_tanh": ("gelu", "tanh"),
+    "relu": ("relu", None),
+}
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+FUSED_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _has_onednn_linear() -> bool:
+    try:
+        return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    except (AttributeError, RuntimeError):
+        return False
+
+
+HAS_ONEDNN_LINEAR = _has_onednn_linear()
+
+
+def _can_fuse(x: torch.Tensor) -> bool:
+    return HAS_ONEDNN_LINEAR and x.device.type == "cpu" and x.dtype in FUSED_DTYPES and x.dim() == 2
+
+
+def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str) -> torch.Tensor:
+    """act(x @ weight.T + bias); x: [num_tokens, in] -> [num_tokens, out]."""
+    if _can_fuse(x) and act in ONEDNN_ACTIVATIONS:
+        attr, algorithm = ONEDNN_ACTIVATIONS[act]
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
+    return ACTIVATIONS[act](F.linear(x, weight, bias))
+
+
+def linear_residual(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    residual: torch.Tensor) -> torch.Tensor:
+    """residual + x @ weight.T + bias; x: [num_tokens, in], residual: [num_tokens, out]."""
+    if _can_fuse(x) and residual.is_contiguous() and residual.dtype == x.dtype:
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, weight, bias, "add")
+    return residual + F.linear(x, weight, bias)
