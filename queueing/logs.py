@@ -143,6 +143,7 @@ def configure_logging(level: str | int = "INFO", fmt: str | None = None, stream=
     handler.is_barge_handler = True
     root.addHandler(handler)
     root.setLevel(level)
+    logging.captureWarnings(True)   # Python warnings become (JSON) log lines too
     return handler
 
 
