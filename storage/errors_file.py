@@ -55,13 +55,19 @@ def write_errors_file(output: str, parts: Sequence[PartInfo], *, id_column: str,
 def read_errors_file(output: str, info: ErrorsFileInfo, storage_options: dict | None = None) -> list[dict]:
     """The failed rows as {"id": ..., "error": ...}, checked against the manifest's checksum."""
     fs, path = resolve(output, storage_options)
-    try:
-        data = fs.cat_file(join(path, info.name))
-    except FileNotFoundError as error:
-        raise OutputError(f"{redact(output)}: the manifest lists {info.name}, which is missing") from error
-    if hashlib.sha256(data).hexdigest() != info.sha256:
-        raise OutputError(f"{redact(output)}: {info.name} does not match its checksum in the manifest")
+    data = read_listed_file(fs, path, output, info.name, info.sha256)
     return [json.loads(line) for line in data.decode("utf-8").splitlines()]
+
+
+def read_listed_file(fs, path: str, output: str, name: str, sha256: str) -> bytes:
+    """The bytes of a file the manifest lists, refused if missing or not matching its checksum."""
+    try:
+        data = fs.cat_file(join(path, name))
+    except FileNotFoundError as error:
+        raise OutputError(f"{redact(output)}: the manifest lists {name}, which is missing") from error
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise OutputError(f"{redact(output)}: {name} does not match its checksum in the manifest")
+    return data
 
 
 def _error_lines(output: str, part: PartInfo, id_column: str, storage_options: dict | None) -> Iterator[str]:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import OutputError
-from storage.errors_file import ErrorsFileInfo, read_errors_file
+from storage.errors_file import ErrorsFileInfo, read_errors_file, read_listed_file
 from storage.fs import join, redact, resolve
 from storage.write import PartInfo, write_bytes_atomic
 
@@ -141,12 +141,7 @@ def read_errors(output: str, storage_options: dict | None = None) -> list[dict]:
 
 
 def _read_part(fs, path: str, output: str, part: PartInfo) -> pa.Table:
-    try:
-        data = fs.cat_file(join(path, part.name))
-    except FileNotFoundError as error:
-        raise OutputError(f"{redact(output)}: the manifest lists {part.name}, which is missing") from error
-    if hashlib.sha256(data).hexdigest() != part.sha256:
-        raise OutputError(f"{redact(output)}: {part.name} does not match its checksum in the manifest")
+    data = read_listed_file(fs, path, output, part.name, part.sha256)
     table = pq.read_table(pa.BufferReader(data))
     if table.num_rows != part.num_rows:
         raise OutputError(f"{redact(output)}: {part.name} has {table.num_rows} rows, the manifest says {part.num_rows}")
