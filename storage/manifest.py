@@ -16,7 +16,6 @@ a reader sees either manifest whole with all its parts present.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 
