@@ -36,11 +36,8 @@ FAST = RetryPolicy(base_s=0.05, cap_s=0.2, max_attempts=5, connect_timeout_s=1.0
 
 
 @pytest.fixture
-def store(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'barge.db'}")
-    store.migrate()
-    yield store
-    store.engine.dispose()
+def store(sqlite_store):
+    return sqlite_store
 
 
 def queue_event(store: Store, url: str, *, status: JobStatus = JobStatus.FAILED, **spec_changes) -> tuple[str, str]:

@@ -20,11 +20,8 @@ LOCAL = ("127.0.0.1",)
 
 
 @pytest.fixture
-def store(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'barge.db'}")
-    store.migrate()
-    yield store
-    store.engine.dispose()
+def store(sqlite_store):
+    return sqlite_store
 
 
 def finished_job(store: Store, url: str, secret: str) -> str:
