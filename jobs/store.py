@@ -15,7 +15,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from alembic import command
 from alembic.config import Config
@@ -24,7 +24,7 @@ from sqlalchemy import Connection, create_engine, event, func, select, text, upd
 from jobs import tables
 from jobs.outbox import Outbox, insert_event
 from jobs.shard_store import ShardClaim, ShardCommitted, ShardEvents, ShardStore  # noqa: F401 (re-exported)
-from jobs.records import JobProgress, JobRecord, ShardRecord
+from jobs.records import JobProgress, JobRecord
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ShardStatus, check_transition
 from jobs.throughput import RECENT_WINDOW_S, JobTimes, measure

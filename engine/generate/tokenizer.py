@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 # llama.cpp pre-tokenizer names -> how text is split before byte-level BPE. SmolLM
 # splits every digit apart; the default is GPT-2's split.
