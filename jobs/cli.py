@@ -4,6 +4,7 @@
     barge status JOB | wait JOB | cancel JOB | results JOB | report JOB | jobs
     barge worker --model minilm
     barge webhooks list | show EVENT | replay EVENT | endpoints | enable URL
+    barge schedule add | list | runs | pause | resume | run-now | remove | prune;  barge beat
     barge demo
 """
 
@@ -17,6 +18,8 @@ from jobs.client import Client, JobFailed
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
 from jobs.throughput import format_duration, format_rate
+from jobs.schedule_cli import add_schedule_commands
+from jobs.schedules import ScheduleError
 from jobs.webhook_admin import add_webhook_commands
 
 
@@ -27,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     except JobSpecError as exc:
         print(f"barge: job refused: {exc}", file=sys.stderr)
         return 2
-    except (KeyError, JobFailed, TimeoutError) as exc:
+    except ScheduleError as exc:
+        print(f"barge: schedule refused: {exc}", file=sys.stderr)
+        return 2
+    except (KeyError, JobFailed, TimeoutError, ValueError) as exc:
         print(f"barge: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 1
 
@@ -52,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--if-exists", default="error", choices=["error", "replace"])
     submit.add_argument("--max-rows-per-shard", type=int, default=2048)
     submit.add_argument("--priority", type=int, default=5, help="0 (lowest) to 9 (highest)")
+    submit.add_argument("--incremental", action="store_true",
+                        help="reuse results cached by earlier jobs for unchanged input values")
     submit.add_argument("--wait", action="store_true", help="wait with a progress bar")
     submit.set_defaults(func=_submit)
 
@@ -89,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(func=_worker)
 
     add_webhook_commands(commands)
+    add_schedule_commands(commands)
 
     demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
     demo.add_argument("--rows", type=int, default=10_000)
@@ -108,7 +117,8 @@ def _submit(args) -> int:
                    output=args.output, input_column=args.input_column, id_column=args.id_column,
                    webhook_url=args.webhook_url, params=params, metadata=json.loads(args.metadata),
                    if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
-                   webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after)
+                   webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after,
+                   incremental=args.incremental)
     job = Client().submit(spec)
     print(f"job {job.id} queued")
     if job.webhook_secret:
@@ -195,6 +205,8 @@ def _print_status(state: JobProgress) -> None:
     print(f"job {state.job_id}: {state.status}")
     print(f"  rows: {state.rows_done} done of {state.rows_total} ({state.rows_succeeded} succeeded, "
           f"{state.rows_failed} failed)")
+    if state.rows_reused:
+        print(f"  incremental: {state.rows_computed} rows computed, {state.rows_reused} reused from the cache")
     print(f"  shards: {shards}")
     t = state.throughput
     if t is not None:

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from jobs.cache_keys import cache_namespace, model_revision
 from jobs.events import final_event
 from jobs.records import JobProgress
 from jobs.settings import Settings
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.store import Store
+
+if TYPE_CHECKING:
+    from jobs.schedule_client import Schedules
 from jobs.throughput import format_duration, format_rate
 from jobs.validate import check_job, encoded_schema
 from storage.manifest import read_errors, read_results
@@ -42,15 +47,28 @@ class Client:
         self.store.migrate()
         self._app = None
 
-    def submit(self, spec: JobSpec, *, webhook_secret: str | None = None) -> "Job":
+    @property
+    def schedules(self) -> "Schedules":
+        """Recurring runs: client.schedules.add(...), .list(), .pause(name), ..."""
+        from jobs.schedule_client import Schedules
+        return Schedules(self)
+
+    def submit(self, spec: JobSpec, *, webhook_secret: str | None = None, job_id: str | None = None) -> "Job":
         """Check the job against its data, record it, queue its planning. A refused job
-        raises `JobSpecError` naming the field, and nothing is queued."""
+        raises `JobSpecError` naming the field, and nothing is queued. A given `job_id`
+        that exists already raises sqlalchemy's IntegrityError (schedules rely on it)."""
         checked = check_job(spec)
         secret = (webhook_secret or generate_secret()) if spec.webhook_url else None
+        namespace = cache_namespace(spec, model_revision(checked.model.path)) if spec.incremental else None
         job_id = self.store.create_job(spec, model_key=checked.model.key, rows_total=checked.input.num_rows,
-                                       output_schema=encoded_schema(checked), webhook_secret=secret)
-        self._send("barge.plan_job", [job_id])
+                                       output_schema=encoded_schema(checked), webhook_secret=secret,
+                                       job_id=job_id, cache_namespace=namespace)
+        self.plan(job_id)
         return Job(self, job_id, webhook_secret=secret)
+
+    def plan(self, job_id: str) -> None:
+        """Queue a QUEUED job's planning (again: planning a job twice plans it once)."""
+        self._send("barge.plan_job", [job_id])
 
     def retry(self, job: "Job | str") -> "Job":
         """Re-run only the failed or cancelled shards of a failed, cancelled or expired

@@ -22,13 +22,15 @@ class JobRecord:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    cache_namespace: str | None = None   # incremental jobs: where their results are cached
 
     @classmethod
     def from_row(cls, row) -> "JobRecord":
         return cls(id=row.id, status=JobStatus(row.status), spec=JobSpec.from_dict(json.loads(row.spec)),
                    model_key=row.model_key, rows_total=row.rows_total, output_schema=row.output_schema,
                    error=row.error,
-                   created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at)
+                   created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
+                   cache_namespace=row.cache_namespace)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class JobProgress:
     rows_total: int
     rows_succeeded: int                 # rows of committed shards without an error
     rows_failed: int                    # rows of committed shards with an error value
+    rows_reused: int = 0                # of the succeeded rows: taken from the results cache
     shards: dict[str, int] = field(default_factory=dict)   # shard status name -> count
     error: str | None = None
     output: str = ""
@@ -78,6 +81,11 @@ class JobProgress:
     @property
     def rows_done(self) -> int:
         return self.rows_succeeded + self.rows_failed
+
+    @property
+    def rows_computed(self) -> int:
+        """Rows the engine ran (an incremental job reuses the others from the cache)."""
+        return self.rows_done - self.rows_reused
 
     @property
     def is_finished(self) -> bool:

@@ -36,6 +36,7 @@ class JobReport:
     rows_total: int
     rows_succeeded: int
     rows_failed: int
+    rows_reused: int                     # incremental jobs: succeeded rows taken from the results cache
     num_tokens: int
     num_shards: int
     engines: list[dict]                  # distinct engine settings of the workers that committed shards
@@ -46,7 +47,8 @@ class JobReport:
     def to_dict(self) -> dict:
         return {"job_id": self.job_id, "status": self.status, "mode": self.mode, "model": self.model,
                 "rows_total": self.rows_total, "rows_succeeded": self.rows_succeeded,
-                "rows_failed": self.rows_failed, "num_tokens": self.num_tokens, "num_shards": self.num_shards,
+                "rows_failed": self.rows_failed, "rows_reused": self.rows_reused,
+                "rows_computed": self.rows_succeeded + self.rows_failed - self.rows_reused, "num_tokens": self.num_tokens, "num_shards": self.num_shards,
                 "engines": self.engines, "throughput": self.throughput.to_dict(),
                 "worker_seconds": {device: round(s, 3) for device, s in self.worker_s_by_device.items()},
                 "cost": None if self.cost is None else self.cost.to_dict()}
@@ -58,7 +60,7 @@ def job_report(store: Store, job_id: str, *, price_per_hour: float | None = None
     by_device = store.device_seconds(job_id)
     return JobReport(job_id=job_id, status=str(progress.status), mode=job.spec.mode, model=job.spec.model,
                      rows_total=progress.rows_total, rows_succeeded=progress.rows_succeeded,
-                     rows_failed=progress.rows_failed, num_tokens=progress.num_tokens,
+                     rows_failed=progress.rows_failed, rows_reused=progress.rows_reused, num_tokens=progress.num_tokens,
                      num_shards=sum(progress.shards.values()), engines=store.engine_settings(job_id),
                      throughput=progress.throughput, worker_s_by_device=by_device,
                      cost=cost(sum(by_device.values()), progress.num_tokens, price_per_hour))
@@ -78,6 +80,8 @@ def format_report(report: JobReport) -> str:
     lines = [f"job {report.job_id}: {report.status} ({report.mode}, model {report.model})",
              f"  rows: {report.rows_succeeded + report.rows_failed} of {report.rows_total} "
              f"({report.rows_succeeded} succeeded, {report.rows_failed} failed) in {report.num_shards} shards",
+             *([f"  incremental: {report.rows_succeeded + report.rows_failed - report.rows_reused} rows computed, "
+                f"{report.rows_reused} reused from the results cache"] if report.rows_reused else []),
              f"  tokens: {report.num_tokens}",
              f"  throughput: {format_rate(t.rows_per_s, 'rows')}, {format_rate(t.tokens_per_s, 'tokens')} overall",
              f"  time: {format_duration(t.queued_s)} queued, {format_duration(t.running_s)} running, "

@@ -20,6 +20,11 @@ class Settings:
     namespace: str = "barge"   # prefix of every queue name on the broker
     visibility_timeout_s: float = 3600.0   # Redis: an unacknowledged message is redelivered after this
     price_per_hour: float | None = None    # cost of one worker-hour (GPU-hour) for job reports; None: no cost
+    cache_url: str = ""        # incremental jobs' results cache (path or fsspec URL); "": data_dir/cache
+
+    def __post_init__(self) -> None:
+        if not self.cache_url:
+            object.__setattr__(self, "cache_url", str(self.data_dir / "cache"))
 
     @property
     def is_embedded_broker(self) -> bool:
@@ -41,7 +46,8 @@ class Settings:
         namespace = env.get("BARGE_NAMESPACE") or "barge"
         visibility_timeout_s = float(env.get("BARGE_VISIBILITY_TIMEOUT_S") or 3600.0)
         return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url, namespace=namespace,
-                   visibility_timeout_s=visibility_timeout_s, price_per_hour=_price(env.get("BARGE_PRICE_PER_HOUR")))
+                   visibility_timeout_s=visibility_timeout_s, price_per_hour=_price(env.get("BARGE_PRICE_PER_HOUR")),
+                   cache_url=env.get("BARGE_CACHE_URL") or "")
 
 
 def _price(value: str | None) -> float | None:

@@ -110,17 +110,18 @@ class ShardStore:
 
     def commit_shard(self, job_id: str, shard_index: int, token: str, *, part: dict,
                      rows_succeeded: int, rows_failed: int, events: ShardEvents | None = None,
-                     num_tokens: int = 0, engine: dict | None = None) -> tuple[bool, bool]:
+                     num_tokens: int = 0, engine: dict | None = None, rows_reused: int = 0) -> tuple[bool, bool]:
         """Record the shard's part under its attempt token, and the webhook events that
         `events` builds for it, in one transaction. `num_tokens` and `engine` (its
-        settings, "device" among them) feed throughput and the job report.
+        settings, "device" among them) feed throughput and the job report; `rows_reused`
+        counts the succeeded rows an incremental job took from the results cache.
 
         Returns (committed, job_is_ready): committed is False for a stale token (another
         attempt took the shard over); job_is_ready is True for exactly the commit that
         finished the job's last shard."""
         return self._finish_shard(job_id, shard_index, token, ShardStatus.COMMITTED, events=events,
                                   part=json.dumps(part), rows_succeeded=rows_succeeded, rows_failed=rows_failed,
-                                  num_tokens=num_tokens, device=(engine or {}).get("device"),
+                                  num_tokens=num_tokens, rows_reused=rows_reused, device=(engine or {}).get("device"),
                                   engine=json.dumps(engine, sort_keys=True) if engine else None)
 
     def fail_shard(self, job_id: str, shard_index: int, token: str, error: str) -> tuple[bool, bool]:

@@ -95,6 +95,9 @@ class JobSpec:
     priority: int = 5
     """0 (lowest) to 9 (highest): the broker hands a higher-priority job's shards to
     workers first (RabbitMQ and Redis; the embedded broker is first in, first out)."""
+    incremental: bool = False
+    """Reuse results cached by earlier jobs for input values seen before (same model
+    revision, mode and params); only new and changed rows reach the engine."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input, list):
@@ -140,6 +143,8 @@ class JobSpec:
         if self.max_tokens_per_shard is not None and (isinstance(self.max_tokens_per_shard, bool) or not isinstance(
                 self.max_tokens_per_shard, int) or self.max_tokens_per_shard < 1):
             raise JobSpecError("max_tokens_per_shard", f"must be a positive integer or null, got {self.max_tokens_per_shard!r}")
+        if not isinstance(self.incremental, bool):
+            raise JobSpecError("incremental", f"must be a boolean, got {self.incremental!r}")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 9:
             raise JobSpecError("priority", f"must be an integer from 0 (lowest) to 9 (highest), got {self.priority!r}")
         self._validate_params()

@@ -23,6 +23,8 @@ from sqlalchemy import Connection, create_engine, event, func, select, text, upd
 
 from jobs import tables
 from jobs.outbox import Outbox, insert_event
+from jobs.cache_store import CacheStore
+from jobs.schedule_store import ScheduleStore
 from jobs.shard_store import ShardClaim, ShardCommitted, ShardEvents, ShardStore  # noqa: F401 (re-exported)
 from jobs.records import JobProgress, JobRecord
 from jobs.spec import JobSpec
@@ -42,7 +44,7 @@ class OutboxEvent:
     body: bytes
 
 
-class Store(ShardStore):
+class Store(ShardStore, CacheStore, ScheduleStore):
     def __init__(self, url: str):
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
@@ -75,15 +77,18 @@ class Store(ShardStore):
     # -- jobs --------------------------------------------------------------------------
 
     def create_job(self, spec: JobSpec, *, model_key: str, rows_total: int, output_schema: str,
-                   webhook_secret: str | None) -> str:
-        job_id = uuid.uuid4().hex
+                   webhook_secret: str | None, job_id: str | None = None, cache_namespace: str | None = None) -> str:
+        """Record a QUEUED job. A given `job_id` that exists already raises
+        sqlalchemy's IntegrityError: a schedule's run creates its job exactly once."""
+        job_id = job_id or uuid.uuid4().hex
         now = time.time()
         expires_at = now + spec.expires_after_s if spec.expires_after_s is not None else None
         with self.engine.begin() as conn:
             conn.execute(insert(tables.jobs).values(
                 id=job_id, status=int(JobStatus.QUEUED), mode=spec.mode, model_key=model_key,
                 spec=json.dumps(spec.to_dict()), webhook_secret=webhook_secret, expires_at=expires_at,
-                rows_total=rows_total, output_schema=output_schema, created_at=now, updated_at=now))
+                rows_total=rows_total, output_schema=output_schema, created_at=now, updated_at=now,
+                cache_namespace=cache_namespace))
         return job_id
 
     def get_job(self, job_id: str) -> JobRecord:
@@ -122,17 +127,20 @@ class Store(ShardStore):
     def progress(self, job_id: str, *, window_s: float = RECENT_WINDOW_S) -> JobProgress:
         job = self.get_job(job_id)
         shard = tables.shards.c
-        query = (select(shard.status, func.count(), func.sum(shard.rows_succeeded), func.sum(shard.rows_failed))
+        query = (select(shard.status, func.count(), func.sum(shard.rows_succeeded), func.sum(shard.rows_failed),
+                        func.sum(shard.rows_reused))
                  .where(shard.job_id == job_id).group_by(shard.status))
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
             times = self._job_times(conn, job, window_s)
-        counts = {str(ShardStatus(status)): count for status, count, _, _ in rows}
+        counts = {str(ShardStatus(status)): count for status, count, *_ in rows}
         committed = [r for r in rows if r[0] == int(ShardStatus.COMMITTED)]
         succeeded = sum(r[2] or 0 for r in committed)
         failed = sum(r[3] or 0 for r in committed)
+        reused = sum(r[4] or 0 for r in committed)
         return JobProgress(job_id=job.id, status=job.status, rows_total=job.rows_total,
-                           rows_succeeded=succeeded, rows_failed=failed, shards=counts, error=job.error,
+                           rows_succeeded=succeeded, rows_failed=failed, rows_reused=int(reused),
+                           shards=counts, error=job.error,
                            output=job.spec.output, created_at=job.created_at, started_at=job.started_at,
                            finished_at=job.finished_at, num_tokens=times.num_tokens,
                            throughput=measure(times, is_finished=job.status.is_finished))

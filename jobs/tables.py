@@ -3,7 +3,7 @@ SQLite and PostgreSQL); the migrations in `jobs/migrations` create exactly these
 
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
+from sqlalchemy import (BigInteger, Boolean, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
                         PrimaryKeyConstraint, Index)
 
 metadata = MetaData()
@@ -26,6 +26,7 @@ jobs = Table(
     Column("finished_at", Float),
     Column("updated_at", Float, nullable=False),
     Column("expires_at", Float),                         # created_at + spec.expires_after_s, if set
+    Column("cache_namespace", String(64)),               # incremental jobs: jobs.cache_keys.cache_namespace
     Index("ix_barge_jobs_expires_at", "expires_at"),
 )
 
@@ -51,6 +52,7 @@ shards = Table(
     Column("num_tokens", BigInteger, nullable=False, default=0, server_default="0"),  # tokens processed, at commit
     Column("device", String(16)),                        # device type that committed it: cpu | cuda | mps
     Column("engine", Text),                              # that engine's settings as JSON (queueing.usage)
+    Column("rows_reused", Integer, nullable=False, default=0, server_default="0"),  # incremental: from the cache
     PrimaryKeyConstraint("job_id", "shard_index"),
     Index("ix_barge_shards_lease", "status", "lease_expires_at"),
     Index("ix_barge_shards_finished", "job_id", "finished_at"),
@@ -93,4 +95,56 @@ webhook_endpoints = Table(
     Column("disabled_at", Float),                        # None: enabled (an operator re-enabled it)
     Column("disabled_reason", Text),
     Column("updated_at", Float, nullable=False),
+)
+
+schedules = Table(
+    "barge_schedules", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("cron", String(200), nullable=False),         # five fields, in `timezone`
+    Column("timezone", String(64), nullable=False),      # IANA name, e.g. Europe/Paris
+    Column("template", Text, nullable=False),            # JobSpec fields as JSON, placeholders unrendered
+    Column("is_enabled", Boolean, nullable=False),
+    Column("catchup", String(8), nullable=False),        # skip | latest | all (jobs.schedules.CATCHUP)
+    Column("retention_s", Float),                        # None: keep outputs and cache entries
+    Column("next_run_at", Float, nullable=False),        # cursor: first fire time not yet handled
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+schedule_runs = Table(
+    "barge_schedule_runs", metadata,
+    Column("schedule_id", String(32), ForeignKey("barge_schedules.id", ondelete="CASCADE"), nullable=False),
+    Column("period_at", Float, nullable=False),          # the fire time (UTC epoch) this run is for
+    Column("kind", String(12), nullable=False),          # scheduled | manual
+    Column("job_id", String(32), nullable=False),        # decided up front: one job per period
+    Column("status", String(12), nullable=False),        # pending | submitted | refused
+    Column("error", Text),                               # refused: why (the JobSpecError)
+    Column("claimed_until", Float, nullable=False, default=0.0),   # a beat is submitting it until then
+    Column("created_at", Float, nullable=False),
+    Column("pruned_at", Float),                          # its output was removed by retention
+    PrimaryKeyConstraint("schedule_id", "period_at"),
+    Index("ix_barge_schedule_runs_status", "status", "claimed_until"),
+)
+
+cache_files = Table(
+    "barge_cache_files", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("namespace", String(64), nullable=False),
+    Column("url", Text, nullable=False),                 # a Parquet file: key + result columns
+    Column("created_at", Float, nullable=False),
+    Index("ix_barge_cache_files_namespace", "namespace"),
+)
+
+cache_entries = Table(
+    "barge_cache_entries", metadata,
+    Column("namespace", String(64), nullable=False),     # model revision + mode + params
+    Column("key", String(64), nullable=False),           # hash of one input value
+    Column("file_id", String(32), ForeignKey("barge_cache_files.id", ondelete="CASCADE"), nullable=False),
+    Column("row", Integer, nullable=False),              # row of that file
+    Column("created_at", Float, nullable=False),
+    Column("used_at", Float, nullable=False),            # last written or reused: retention goes by it
+    PrimaryKeyConstraint("namespace", "key"),
+    Index("ix_barge_cache_entries_used", "namespace", "used_at"),
+    Index("ix_barge_cache_entries_file", "file_id"),
 )

@@ -19,7 +19,8 @@ from jobs.store import ShardClaim
 from queueing.failpoints import crash_if_poisoned
 from queueing.inference import infer
 from queueing.lease import LeaseKeeper
-from queueing.results import build_table
+from queueing.result_cache import CacheWrite, ResultCache, merge_cached
+from queueing.results import ROW_INDEX_COLUMN, build_table
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
 from queueing.usage import ShardUsage, shard_usage
@@ -61,20 +62,48 @@ def run_shard(runtime: Runtime, job_id: str, shard_index: int) -> ShardOutcome:
     job = store.get_job(job_id)
     try:
         with LeaseKeeper(store, job_id, shard_index, claim.token, options.lease_s) as lease:
-            part, outputs = _read_infer_write(runtime, job, claim, lease)
+            written = _read_infer_write(runtime, job, claim, lease)
     except AttemptStopped as stop:
         return _stopped(runtime, job, shard_index, claim, stop.reason)
     except Exception as exc:   # not a bad row (those are data): the shard itself failed
         return _handle_failure(runtime, job, shard_index, claim, exc)
-    return _commit(runtime, job, shard_index, claim, part, outputs)
+    return _commit(runtime, job, shard_index, claim, written)
 
 
-def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim,
-                      lease: LeaseKeeper) -> tuple[PartInfo, list]:
+@dataclass(frozen=True)
+class ShardWritten:
+    part: PartInfo
+    outputs: list                       # the engine's outputs: rows it computed
+    rows_reused: int = 0                # incremental: rows taken from the results cache
+    cache: ResultCache | None = None
+    cache_write: CacheWrite | None = None   # indexed once the part is committed
+
+
+def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim, lease: LeaseKeeper) -> ShardWritten:
     shard = shard_plan(claim.plan)
     ids, inputs, carried = read_rows(job, shard, claim.plan["global_row_start"])
     crash_if_poisoned(inputs)
-    engine = runtime.engine_for(job.model_key, job.spec.mode)
+    schema = decode_schema(job.output_schema)
+    cache = _result_cache(runtime, job, schema, carried)
+    cached = cache.lookup(ids, inputs) if cache else None
+    misses = cached.miss_rows(len(inputs)) if cached else range(len(inputs))
+    miss_ids = ids.take(pa.array(misses, type=pa.int64())) if cached else ids
+    outputs = _infer_chunks(runtime, job, lease, miss_ids, [inputs[i] for i in misses])
+    id_name = job.spec.id_column or ROW_INDEX_COLUMN
+    table = build_table(job.spec.mode, miss_ids, outputs, id_column=job.spec.id_column, schema=schema)
+    cache_write = cache.save(shard.shard_index, claim.attempt, [cached.keys[i] for i in misses], table, cached) \
+        if cache else None
+    if cached:
+        table = merge_cached(table, cached, ids, id_name)
+    for name, column in carried.items():
+        table = table.append_column(name, column)
+    table = table.select(schema.names).cast(schema)
+    part = write_part(job.spec.output, part_name(shard), table)
+    return ShardWritten(part, outputs, cached.num_hits if cached else 0, cache, cache_write)
+
+
+def _infer_chunks(runtime: Runtime, job: JobRecord, lease: LeaseKeeper, ids: pa.Array, inputs: list) -> list:
+    engine = runtime.engine_for(job.model_key, job.spec.mode) if inputs else None
     outputs, chunk_rows = [], runtime.options.chunk_rows
     for start in range(0, len(inputs), chunk_rows):
         if lease.is_lost:
@@ -82,28 +111,35 @@ def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim,
         if runtime.is_past_drain_deadline:
             raise AttemptStopped("draining")
         outputs.extend(infer(engine, job, ids[start:start + chunk_rows], inputs[start:start + chunk_rows]))
-    schema = decode_schema(job.output_schema)
-    table = build_table(job.spec.mode, ids, outputs, id_column=job.spec.id_column, schema=schema)
-    for name, column in carried.items():
-        table = table.append_column(name, column)
-    table = table.select(schema.names).cast(schema)
-    return write_part(job.spec.output, part_name(shard), table), outputs
+    return outputs
 
 
-def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim, part: PartInfo,
-            outputs: list) -> ShardOutcome:
+def _result_cache(runtime: Runtime, job: JobRecord, schema: pa.Schema, carried: dict) -> ResultCache | None:
+    if not job.spec.incremental or not job.cache_namespace:
+        return None
+    id_name = job.spec.id_column or ROW_INDEX_COLUMN
+    result_columns = [n for n in schema.names if n not in (id_name, "error") and n not in carried]
+    return ResultCache(runtime.store, runtime.settings.cache_url, job, result_columns)
+
+
+def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim,
+            written: ShardWritten) -> ShardOutcome:
+    outputs = written.outputs
     usage = shard_usage(job.model_key, job.spec.mode, outputs, runtime.engine_settings(job.model_key, job.spec.mode))
     rows_failed = usage.rows_failed
     is_committed, job_is_ready = runtime.store.commit_shard(
-        job.id, shard_index, claim.token, part=dataclasses.asdict(part),
-        rows_succeeded=len(outputs) - rows_failed, rows_failed=rows_failed, events=shard_events(job),
-        num_tokens=usage.num_tokens, engine=usage.engine)
+        job.id, shard_index, claim.token, part=dataclasses.asdict(written.part),
+        rows_succeeded=len(outputs) - rows_failed + written.rows_reused, rows_failed=rows_failed,
+        events=shard_events(job), num_tokens=usage.num_tokens, engine=usage.engine, rows_reused=written.rows_reused)
     if not is_committed:
         log.warning("job %s shard %d: attempt %d lost its claim; its part is not committed",
                     job.id, shard_index, claim.attempt)
         return ShardOutcome("lost")
+    if written.cache_write is not None:
+        written.cache.register(written.cache_write)
     _after_finish(runtime, job.id, job_is_ready)
-    return ShardOutcome("committed", num_rows=len(outputs), rows_failed=rows_failed, usage=usage)
+    return ShardOutcome("committed", num_rows=len(outputs) + written.rows_reused, rows_failed=rows_failed,
+                        usage=usage)
 
 
 def _stopped(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim, reason: str) -> ShardOutcome:

@@ -1,0 +1,109 @@
+"""Retention: a schedule's outputs and cache entries older than its retention go, when
+`barge schedule prune` (or `client.schedules.prune`) is run — never on their own.
+
+An output is removed the way `if_exists="replace"` clears one (_SUCCESS first, then
+the manifest, errors file and part files; other files stay), and only when its job is
+finished and no newer run of the schedule writes to the same folder. A cache entry
+goes when no job has written or reused it for as long as the longest retention among
+the schedules whose jobs share its namespace; a schedule that keeps its outputs for
+ever keeps its cache entries too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from jobs.schedule_store import ScheduleRun
+from jobs.schedules import Schedule
+from jobs.store import Store
+from storage.clear import clear_output
+from storage.fs import resolve
+
+log = logging.getLogger("barge.retention")
+
+
+@dataclass
+class PruneReport:
+    dry_run: bool
+    outputs: list[str] = field(default_factory=list)        # outputs removed (or to remove)
+    cache_entries: int = 0
+    cache_files: list[str] = field(default_factory=list)    # cache files removed (or to remove)
+
+    def lines(self) -> list[str]:
+        verb = "would remove" if self.dry_run else "removed"
+        return ([f"{verb} output {url}" for url in self.outputs] + [f"{verb} cache file {url}" for url in self.cache_files]
+                + [f"{verb} {len(self.outputs)} outputs, {self.cache_entries} cache entries, "
+                   f"{len(self.cache_files)} cache files"])
+
+
+def prune(store: Store, schedules: list[Schedule], *, dry_run: bool = False, now: float | None = None) -> PruneReport:
+    now = time.time() if now is None else now
+    report = PruneReport(dry_run=dry_run)
+    for schedule in schedules:
+        if schedule.retention_s is not None:
+            _prune_outputs(store, schedule, store.schedule_runs(schedule.id), now - schedule.retention_s, report)
+    _prune_cache(store, {s.id for s in schedules}, now, report)
+    return report
+
+
+def _prune_outputs(store: Store, schedule: Schedule, runs: list[ScheduleRun], cutoff: float,
+                   report: PruneReport) -> None:
+    jobs = {run.job_id: _job(store, run.job_id) for run in runs if run.status == "submitted"}
+    kept = {jobs[r.job_id].spec.output for r in runs if r.job_id in jobs and jobs[r.job_id] and r.period_at >= cutoff}
+    for run in runs:
+        job = jobs.get(run.job_id)
+        if job is None or run.pruned_at is not None or run.period_at >= cutoff or not job.status.is_finished:
+            continue
+        if job.spec.output in kept:   # a newer run writes there: its result is not old
+            continue
+        report.outputs.append(job.spec.output)
+        if not report.dry_run:
+            clear_output(job.spec.output)
+            store.mark_run_pruned(run, time.time())
+            log.info("schedule %s: removed output %s of job %s", schedule.name, job.spec.output, job.id)
+
+
+def _prune_cache(store: Store, schedule_ids: set[str], now: float, report: PruneReport) -> None:
+    for namespace, retention_s in _namespace_retention(store).items():
+        if retention_s is None or not _used_by(store, namespace, schedule_ids):
+            continue
+        pruned = store.cache_prune([namespace], now - retention_s, dry_run=report.dry_run)
+        report.cache_entries += pruned.entries
+        report.cache_files += pruned.file_urls
+        if not report.dry_run:
+            for url in pruned.file_urls:
+                fs, path = resolve(url)
+                if fs.exists(path):
+                    fs.rm(path)
+
+
+def _namespace_retention(store: Store) -> dict[str, float | None]:
+    """namespace -> the longest retention among schedules whose jobs use it (None: for ever)."""
+    longest: dict[str, float | None] = {}
+    for schedule in store.list_schedules():
+        for run in store.schedule_runs(schedule.id):
+            job = _job(store, run.job_id) if run.status == "submitted" else None
+            if job is None or job.cache_namespace is None:
+                continue
+            current = longest.get(job.cache_namespace, 0.0)
+            longest[job.cache_namespace] = (None if current is None or schedule.retention_s is None
+                                            else max(current, schedule.retention_s))
+    return longest
+
+
+def _used_by(store: Store, namespace: str, schedule_ids: set[str]) -> bool:
+    for schedule_id in schedule_ids:
+        for run in store.schedule_runs(schedule_id):
+            job = _job(store, run.job_id) if run.status == "submitted" else None
+            if job is not None and job.cache_namespace == namespace:
+                return True
+    return False
+
+
+def _job(store: Store, job_id: str):
+    try:
+        return store.get_job(job_id)
+    except KeyError:
+        return None
