@@ -97,6 +97,8 @@ def _add(args) -> int:
     schedule = _client().schedules.add(args.name, cron=args.cron, template=_template(args), timezone=args.timezone,
                                        catchup=args.catchup, retention_s=retention_s)
     print(f"schedule {schedule.name} added; next run {_when(schedule.next_run_at, schedule)}")
+    if schedule.webhook_secret:
+        print(f"webhook secret for every run (shown once): {schedule.webhook_secret}")
     return 0
 
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from jobs.schedule_store import ScheduleRun
 from jobs.schedules import Schedule, check_schedule, render_spec
 from jobs.spec import JobSpec, JobSpecError
+from webhooks.signing import generate_secret
 
 if TYPE_CHECKING:
     from jobs.client import Client, Job
@@ -35,14 +37,20 @@ class Schedules:
         self.store = client.store
 
     def add(self, name: str, *, cron: str, template: dict[str, Any] | JobSpec, timezone: str = "UTC",
-            catchup: str = "latest", retention_s: float | None = None) -> Schedule:
+            catchup: str = "latest", retention_s: float | None = None,
+            webhook_secret: str | None = None) -> Schedule:
         """Store an enabled schedule. `template` holds JobSpec fields; its input and output
         may contain {date:%Y-%m-%d} (the period, in `timezone`) and {prev_date:...}.
+        With a webhook_url, every run's webhooks are signed with one secret: the given
+        one, else a new one returned once as the result's `webhook_secret`.
         Raises ScheduleError naming a bad field, ValueError for a taken name."""
         if isinstance(template, JobSpec):
             template = template.to_dict()
         check_schedule(name, cron, timezone, catchup, retention_s, template)
-        return self.store.add_schedule(name, cron, timezone, dict(template), catchup, retention_s)
+        secret = (webhook_secret or generate_secret()) if template.get("webhook_url") else None
+        schedule = self.store.add_schedule(name, cron, timezone, dict(template), catchup, retention_s,
+                                           webhook_secret=secret)
+        return dataclasses.replace(schedule, webhook_secret=secret)
 
     def get(self, name: str) -> Schedule:
         return self.store.get_schedule(name)
@@ -86,7 +94,7 @@ def submit_run(client: "Client", run: ScheduleRun) -> tuple[str, str | None]:
     schedule = store.get_schedule_by_id(run.schedule_id)
     try:
         spec = render_spec(schedule.template, schedule.cron, schedule.timezone, run.period_at, schedule.name)
-        client.submit(spec, job_id=run.job_id)
+        client.submit(spec, job_id=run.job_id, webhook_secret=store.schedule_webhook_secret(schedule.id))
     except JobSpecError as exc:
         log.warning("schedule %s: run for %s refused: %s", schedule.name, run.period_at, exc)
         store.finish_run(run, "refused", str(exc))

@@ -50,14 +50,14 @@ class ScheduleStore:
     engine: object
 
     def add_schedule(self, name: str, cron: str, tz: str, template: dict, catchup: str,
-                     retention_s: float | None, now: float | None = None) -> Schedule:
+                     retention_s: float | None, now: float | None = None, webhook_secret: str | None = None) -> Schedule:
         """Insert an enabled schedule whose first period is the first fire time after now.
         ValueError if the name is taken."""
         now = time.time() if now is None else now
         if self._schedule_row(name) is not None:
             raise ValueError(f"a schedule named {name!r} exists already")
         values = dict(id=uuid.uuid4().hex, name=name, cron=cron, timezone=tz, template=json.dumps(template),
-                      is_enabled=True, catchup=catchup, retention_s=retention_s,
+                      is_enabled=True, catchup=catchup, retention_s=retention_s, webhook_secret=webhook_secret,
                       next_run_at=next_fire_time(cron, tz, now), created_at=now, updated_at=now)
         with self.engine.begin() as conn:
             conn.execute(insert(tables.schedules).values(**values))
@@ -68,6 +68,11 @@ class ScheduleStore:
         if row is None:
             raise KeyError(f"no schedule named {name!r}")
         return Schedule.from_row(row)
+
+    def schedule_webhook_secret(self, schedule_id: str) -> str | None:
+        s = tables.schedules.c
+        with self.engine.connect() as conn:
+            return conn.execute(select(s.webhook_secret).where(s.id == schedule_id)).scalar_one_or_none()
 
     def get_schedule_by_id(self, schedule_id: str) -> Schedule:
         with self.engine.connect() as conn:

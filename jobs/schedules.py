@@ -51,6 +51,7 @@ class Schedule:
     retention_s: float | None  # outputs and cache entries older than this are pruned; None: kept
     next_run_at: float         # the first fire time not yet handled (UTC epoch)
     created_at: float = 0.0
+    webhook_secret: str | None = None   # set only on the value `add` returns: shown once
 
     @classmethod
     def from_row(cls, row) -> "Schedule":

@@ -107,6 +107,7 @@ schedules = Table(
     Column("is_enabled", Boolean, nullable=False),
     Column("catchup", String(8), nullable=False),        # skip | latest | all (jobs.schedules.CATCHUP)
     Column("retention_s", Float),                        # None: keep outputs and cache entries
+    Column("webhook_secret", String(100)),               # signs every run's job's webhooks; never listed
     Column("next_run_at", Float, nullable=False),        # cursor: first fire time not yet handled
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),

@@ -128,3 +128,17 @@ def test_file_clock_reads_the_simulated_time(tmp_path):
     path = tmp_path / "clock"
     path.write_text(f"{FIRST}\n")
     assert FileClock(path).now() == FIRST
+
+
+def test_every_run_signs_its_webhooks_with_the_schedules_secret(client, tmp_path, corpus, monkeypatch):
+    monkeypatch.setenv("BARGE_WEBHOOK_ALLOW_HOSTS", "127.0.0.1")
+    schedule = client.schedules.add("hooked", cron="0 2 * * *", catchup="all",
+                                    template=template(tmp_path, corpus, webhook_url="http://127.0.0.1:9/hook"))
+    assert schedule.webhook_secret and schedule.webhook_secret.startswith("whsec_")
+    assert client.schedules.get("hooked").webhook_secret is None        # shown once, never listed
+    with client.store.engine.begin() as conn:
+        conn.execute(update(tables.schedules).values(next_run_at=FIRST))
+    Beat(client, FakeClock(FIRST + DAY + 10)).tick()
+    runs = client.schedules.runs("hooked")
+    assert len(runs) == 2
+    assert all(client.store.webhook_secrets(r.job_id) == [schedule.webhook_secret] for r in runs)

@@ -33,6 +33,7 @@ def upgrade() -> None:
         sa.Column("is_enabled", sa.Boolean, nullable=False),
         sa.Column("catchup", sa.String(8), nullable=False),
         sa.Column("retention_s", sa.Float),
+        sa.Column("webhook_secret", sa.String(100)),
         sa.Column("next_run_at", sa.Float, nullable=False),
         sa.Column("created_at", sa.Float, nullable=False),
         sa.Column("updated_at", sa.Float, nullable=False),
