@@ -26,13 +26,21 @@ class LeaseKeeper:
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="barge-lease", daemon=True)
 
-    def __enter__(self) -> "LeaseKeeper":
+    def start(self) -> "LeaseKeeper":
         self._thread.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def close(self) -> None:
+        """Stop renewing (the shard ended: committed, released, failed or lost). Idempotent."""
         self._closed.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> "LeaseKeeper":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     @property
     def is_lost(self) -> bool:

@@ -35,6 +35,7 @@ class WorkerOptions:
     kv_cache_fraction: float | None = None   # generate: share of free memory for the KV cache (engine default 0.3)
     metrics_port: int = 0           # serve Prometheus metrics on this port; 0: off (queueing.metrics)
     metrics_addr: str = "0.0.0.0"   # the address the metrics server binds
+    pipeline_depth: int = 1         # shards read ahead while the engine computes (queueing.pipeline); 0: none
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "WorkerOptions":
@@ -43,7 +44,7 @@ class WorkerOptions:
                  "drain_grace_s": "BARGE_DRAIN_GRACE_S", "housekeeping_s": "BARGE_HOUSEKEEPING_S",
                  "requeue_after_s": "BARGE_REQUEUE_AFTER_S", "chunk_rows": "BARGE_CHUNK_ROWS",
                  "metrics_port": "BARGE_METRICS_PORT", "metrics_addr": "BARGE_METRICS_ADDR",
-                 "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION"}
+                 "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION", "pipeline_depth": "BARGE_PIPELINE_DEPTH"}
         values = {}
         for name, variable in names.items():
             if env.get(variable):
@@ -67,6 +68,7 @@ class Runtime:
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
     _engine_settings: dict[tuple[str, str], dict] = field(default_factory=dict)   # (model key, mode) -> settings
     drain_deadline: float | None = None    # set on SIGTERM: monotonic time the current shard must end by
+    pipeline: object | None = None         # queueing.pipeline.ShardPipeline when pipeline_depth > 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def engine_for(self, model_key: str, mode: str):

@@ -47,6 +47,9 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
         runtime.models[ref.key] = ref
         if preload:   # load now, not on the first shard: a broken model fails the worker at start
             runtime.engine_for(ref.key, model_mode(ref.path))
+    if options.pipeline_depth > 0:
+        from queueing.pipeline import ShardPipeline
+        runtime.pipeline = ShardPipeline(runtime, depth=options.pipeline_depth)
     attach_runtime(app, runtime)
     queues = [queue_name(settings.namespace, queue)
               for queue in [CONTROL_QUEUE] + [model_queue(key) for key in runtime.models]]
@@ -66,6 +69,9 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
                          "--hostname", f"barge-{os.getpid()}@{socket.gethostname()}",
                          "--without-mingle", "--without-gossip", "--loglevel", loglevel])
     finally:
+        if runtime.pipeline is not None:   # Celery has stopped consuming: let the engine finish (or release)
+            runtime.begin_drain()
+            runtime.pipeline.close(timeout_s=options.drain_grace_s + 30)
         for thread in threads:
             thread.stop()
         runtime.metrics.close()

@@ -31,11 +31,27 @@ def plan_job(self, job_id: str) -> None:
 
 @shared_task(name="barge.run_shard", bind=True, acks_late=False)
 def run_shard(self, job_id: str, shard_index: int) -> None:
+    """With the pipeline (queueing.pipeline): claim and read here, then hand the shard to
+    the engine thread and return for the next message. Without it: the whole attempt."""
     runtime = runtime_of(self.app)
-    with log_context(job_id=job_id, shard_id=shard_index), runtime.metrics.shard_attempt() as finished:
-        outcome = worker.run_shard(runtime, job_id, shard_index)
-        finished(outcome.status, outcome.usage)
-        log.info("shard %s: %d rows, %d failed", outcome.status, outcome.num_rows, outcome.rows_failed)
+    with log_context(job_id=job_id, shard_id=shard_index):
+        if runtime.pipeline is not None:
+            started = worker.begin_shard(runtime, job_id, shard_index)
+            if isinstance(started, worker.ShardOutcome):
+                runtime.metrics.shard_attempts.labels(started.status).inc()
+                log.info("shard %s before any engine work", started.status)
+            elif started.claim.attempt == 1:
+                runtime.pipeline.submit(started)
+            else:   # a retry runs alone (queueing.pipeline's NOTE)
+                with runtime.metrics.shard_attempt() as finished:
+                    outcome = worker.continue_shard(runtime, started)
+                    finished(outcome.status, outcome.usage)
+                    log.info("shard %s: %d rows, %d failed", outcome.status, outcome.num_rows, outcome.rows_failed)
+            return
+        with runtime.metrics.shard_attempt() as finished:
+            outcome = worker.run_shard(runtime, job_id, shard_index)
+            finished(outcome.status, outcome.usage)
+            log.info("shard %s: %d rows, %d failed", outcome.status, outcome.num_rows, outcome.rows_failed)
 
 
 @shared_task(name="barge.resume_job", bind=True)

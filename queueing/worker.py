@@ -1,5 +1,10 @@
 """run_shard: claim → read → infer (in chunks, under a lease) → write → commit.
 
+The phases are separate functions (begin_shard, infer_rows, end_shard) so that
+queueing.pipeline can run them for several shards at once: reading the next shard
+while the engine computes this one, and one engine call over the last rows of a shard
+and the first of the next.
+
 Between engine calls the worker checks that it still holds the shard (a cancelled or
 expired job, or a reclaimed lease, ends the attempt within seconds, committing
 nothing) and whether it is draining past its grace period (then it releases the shard
@@ -9,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -51,6 +57,70 @@ class ShardOutcome:
 
 
 def run_shard(runtime: Runtime, job_id: str, shard_index: int) -> ShardOutcome:
+    """The whole attempt in the calling thread (queueing.pipeline overlaps attempts)."""
+    started = begin_shard(runtime, job_id, shard_index)
+    if isinstance(started, ShardOutcome):
+        return started
+    return continue_shard(runtime, started)
+
+
+def continue_shard(runtime: Runtime, work: "ShardWork") -> ShardOutcome:
+    """Infer, write and commit a begun shard in the calling thread."""
+    try:
+        while not work.is_fed:
+            check_still_held(runtime, work)
+            infer_rows(runtime, [(work, work.take(runtime.options.chunk_rows))])
+    except AttemptStopped as stop:
+        return end_stopped(runtime, work, stop.reason)
+    except Exception as exc:   # not a bad row (those are data): the shard itself failed
+        return end_failed(runtime, work, exc)
+    return end_shard(runtime, work)
+
+
+@dataclass
+class ShardWork:
+    """One claimed shard between its read and its commit."""
+
+    job: JobRecord
+    claim: ShardClaim
+    lease: LeaseKeeper                  # renewing since the claim; closed when the attempt ends
+    shard: ShardPlan
+    ids: pa.Array                       # every row's id, in input order
+    inputs: list                        # every row's input value
+    carried: dict                       # output columns copied from the input
+    cache: ResultCache | None = None    # incremental jobs
+    cached: CachedRows | None = None    # the rows found in the cache
+    todo: list[int] = field(default_factory=list)      # rows the engine computes, in order
+    outputs: list = field(default_factory=list)        # the engine's outputs for todo[:len(outputs)]
+    fed: int = 0                                       # rows of todo handed to the engine
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def shard_index(self) -> int:
+        return self.shard.shard_index
+
+    @property
+    def is_fed(self) -> bool:
+        return self.fed >= len(self.todo)
+
+    @property
+    def is_done(self) -> bool:
+        return len(self.outputs) >= len(self.todo)
+
+    def take(self, max_rows: int) -> list[int]:
+        """The next rows (positions in the shard) to hand to the engine."""
+        rows = self.todo[self.fed:self.fed + max_rows]
+        self.fed += len(rows)
+        return rows
+
+    def can_share_batch(self, other: "ShardWork") -> bool:
+        """Rows of one job share an engine call (same model, mode and params)."""
+        return self.job.id == other.job.id
+
+
+def begin_shard(runtime: Runtime, job_id: str, shard_index: int) -> "ShardWork | ShardOutcome":
+    """Claim the shard, start its lease, read its rows and look them up in the results
+    cache; or the outcome that ended the attempt before any engine work."""
     store, options = runtime.store, runtime.options
     if runtime.drain_deadline is not None:   # draining: leave it on the queue's next reader
         runtime.send_shards(store.get_job(job_id), [shard_index])
@@ -60,14 +130,61 @@ def run_shard(runtime: Runtime, job_id: str, shard_index: int) -> ShardOutcome:
         log.info("job %s shard %d: dropped (finished, held by a live worker, or job not running)", job_id, shard_index)
         return ShardOutcome("dropped")
     job = store.get_job(job_id)
+    lease = LeaseKeeper(store, job_id, shard_index, claim.token, options.lease_s).start()
+    if claim.attempt > 1 and runtime.pipeline is not None:
+        # A retried shard may be what crashed the worker last time: it runs alone (see
+        # queueing.pipeline), so another crash costs no other shard an attempt.
+        runtime.pipeline.wait_idle()
+    work = ShardWork(job, claim, lease, shard_plan(claim.plan), pa.array([]), [], {})
     try:
-        with LeaseKeeper(store, job_id, shard_index, claim.token, options.lease_s) as lease:
-            written = _read_infer_write(runtime, job, claim, lease)
-    except AttemptStopped as stop:
-        return _stopped(runtime, job, shard_index, claim, stop.reason)
-    except Exception as exc:   # not a bad row (those are data): the shard itself failed
-        return _handle_failure(runtime, job, shard_index, claim, exc)
-    return _commit(runtime, job, shard_index, claim, written)
+        work.ids, work.inputs, work.carried = read_rows(job, work.shard, claim.plan["global_row_start"])
+        crash_if_poisoned(work.inputs)
+        work.cache = _result_cache(runtime, job, decode_schema(job.output_schema), work.carried)
+        work.cached = work.cache.lookup(work.ids, work.inputs) if work.cache else None
+        work.todo = work.cached.miss_rows(len(work.inputs)) if work.cached else list(range(len(work.inputs)))
+    except Exception as exc:
+        return end_failed(runtime, work, exc)
+    return work
+
+
+def check_still_held(runtime: Runtime, work: ShardWork) -> None:
+    if work.lease.is_lost:
+        raise AttemptStopped("lost")
+    if runtime.is_past_drain_deadline:
+        raise AttemptStopped("draining")
+
+
+def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> None:
+    """One engine call over rows of one or more shards of one job; each shard gets its
+    outputs appended in order. Raises what the engine raises (the shards fail)."""
+    first = batch[0][0]
+    ids = pa.concat_arrays([work.ids.take(pa.array(rows, type=pa.int64())) for work, rows in batch])
+    inputs = [work.inputs[i] for work, rows in batch for i in rows]
+    outputs = infer(runtime.engine_for(first.job.model_key, first.job.spec.mode), first.job, ids, inputs)
+    start = 0
+    for work, rows in batch:
+        work.outputs.extend(outputs[start:start + len(rows)])
+        start += len(rows)
+
+
+def end_shard(runtime: Runtime, work: ShardWork) -> ShardOutcome:
+    """Every row is done: write the part, commit it, close the lease."""
+    try:
+        written = _write(runtime, work)
+    except Exception as exc:
+        return end_failed(runtime, work, exc)
+    work.lease.close()   # the commit itself is fenced by the claim's token
+    return _commit(runtime, work.job, work.shard_index, work.claim, written)
+
+
+def end_stopped(runtime: Runtime, work: ShardWork, reason: str) -> ShardOutcome:
+    work.lease.close()
+    return _stopped(runtime, work.job, work.shard_index, work.claim, reason)
+
+
+def end_failed(runtime: Runtime, work: ShardWork, exc: Exception) -> ShardOutcome:
+    work.lease.close()
+    return _handle_failure(runtime, work.job, work.shard_index, work.claim, exc)
 
 
 @dataclass(frozen=True)
@@ -79,39 +196,21 @@ class ShardWritten:
     cache_write: CacheWrite | None = None   # indexed once the part is committed
 
 
-def _read_infer_write(runtime: Runtime, job: JobRecord, claim: ShardClaim, lease: LeaseKeeper) -> ShardWritten:
-    shard = shard_plan(claim.plan)
-    ids, inputs, carried = read_rows(job, shard, claim.plan["global_row_start"])
-    crash_if_poisoned(inputs)
+def _write(runtime: Runtime, work: ShardWork) -> ShardWritten:
+    job, cached = work.job, work.cached
     schema = decode_schema(job.output_schema)
-    cache = _result_cache(runtime, job, schema, carried)
-    cached = cache.lookup(ids, inputs) if cache else None
-    misses = cached.miss_rows(len(inputs)) if cached else range(len(inputs))
-    miss_ids = ids.take(pa.array(misses, type=pa.int64())) if cached else ids
-    outputs = _infer_chunks(runtime, job, lease, miss_ids, [inputs[i] for i in misses])
-    id_name = job.spec.id_column or ROW_INDEX_COLUMN
-    table = build_table(job.spec.mode, miss_ids, outputs, id_column=job.spec.id_column, schema=schema)
-    cache_write = cache.save(shard.shard_index, claim.attempt, [cached.keys[i] for i in misses], table, cached) \
-        if cache else None
-    if cached:
-        table = merge_cached(table, cached, ids, id_name)
-    for name, column in carried.items():
+    miss_ids = work.ids.take(pa.array(work.todo, type=pa.int64()))
+    table = build_table(job.spec.mode, miss_ids, work.outputs, id_column=job.spec.id_column, schema=schema)
+    cache_write = None
+    if work.cache:
+        cache_write = work.cache.save(work.shard_index, work.claim.attempt, [cached.keys[i] for i in work.todo],
+                                      table, cached)
+        table = merge_cached(table, cached, work.ids, job.spec.id_column or ROW_INDEX_COLUMN)
+    for name, column in work.carried.items():
         table = table.append_column(name, column)
     table = table.select(schema.names).cast(schema)
-    part = write_part(job.spec.output, part_name(shard), table)
-    return ShardWritten(part, outputs, cached.num_hits if cached else 0, cache, cache_write)
-
-
-def _infer_chunks(runtime: Runtime, job: JobRecord, lease: LeaseKeeper, ids: pa.Array, inputs: list) -> list:
-    engine = runtime.engine_for(job.model_key, job.spec.mode) if inputs else None
-    outputs, chunk_rows = [], runtime.options.chunk_rows
-    for start in range(0, len(inputs), chunk_rows):
-        if lease.is_lost:
-            raise AttemptStopped("lost")
-        if runtime.is_past_drain_deadline:
-            raise AttemptStopped("draining")
-        outputs.extend(infer(engine, job, ids[start:start + chunk_rows], inputs[start:start + chunk_rows]))
-    return outputs
+    part = write_part(job.spec.output, part_name(work.shard), table)
+    return ShardWritten(part, work.outputs, cached.num_hits if cached else 0, work.cache, cache_write)
 
 
 def _result_cache(runtime: Runtime, job: JobRecord, schema: pa.Schema, carried: dict) -> ResultCache | None:

@@ -16,7 +16,11 @@ import pytest
 from jobs import JobSpec, JobStatus, ShardStatus
 from tests.support.stack import stack
 
-FAST_RECOVERY = {"BARGE_LEASE_S": "3", "BARGE_HOUSEKEEPING_S": "0.5", "BARGE_CHUNK_ROWS": "64"}
+# A worker killed between taking a shard's message and claiming the shard loses the
+# message (it was acknowledged on start); the housekeeper sends such a shard again after
+# BARGE_REQUEUE_AFTER_S, shortened here as the leases are.
+FAST_RECOVERY = {"BARGE_LEASE_S": "3", "BARGE_HOUSEKEEPING_S": "0.5", "BARGE_CHUNK_ROWS": "64",
+                 "BARGE_REQUEUE_AFTER_S": "10"}
 
 
 def write_corpus(folder, num_rows: int, rows_per_file: int, poison_row: int | None = None) -> int:
@@ -116,12 +120,17 @@ def test_sigterm_within_the_grace_period_finishes_the_shard(tmp_path):
         client = deployment.client()
         job = submit(client, tmp_path, "finish", corpus=tmp_path / "corpus", rows_per_shard=400)
         shard = wait_until(lambda: running_shard(client, job), what="a running shard")
+        signalled_at = time.time()
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=120) == 0
         shards = {s.shard_index: s for s in client.store.list_shards(job.id)}
         assert shards[shard.shard_index].status == ShardStatus.COMMITTED
         assert shards[shard.shard_index].worker_id.endswith(f":{first.pid}")
-        assert sum(s.status == ShardStatus.COMMITTED for s in shards.values()) == 1, "it took no new shard"
+        # The pipeline may have claimed the next shard before the signal (read ahead): it
+        # finishes that too. It claims nothing after it.
+        held = [s for s in shards.values() if s.started_at is not None]
+        assert all(s.started_at <= signalled_at for s in held), "it took no new shard"
+        assert all(s.status == ShardStatus.COMMITTED for s in held), "what it held, it finished"
 
 
 def test_cancel_stops_a_running_shard_within_seconds(tmp_path):
