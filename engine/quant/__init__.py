@@ -1,0 +1,1 @@
+"""FP8 quantization: the math, checkpoints in and out, and the quality check."""
