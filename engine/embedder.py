@@ -12,10 +12,13 @@ import torch
 from engine.batching import pack, plan_batches
 from engine.config import EncoderConfig, load_encoder_config
 from engine.layers.pooling import finish, pool
-from engine.loader.safetensors import load_weights, weight_files
+from engine.layers.fp8_linear import use_fp8_linears
+from engine.loader.safetensors import assign_weights, read_weights, weight_files
 from engine.models.bert import BertModel, checkpoint_name_to_ours, fuse_qkv
 from engine.outputs import EmbeddingOutput
 from engine.params import EmbedParams
+from engine.quant.checkpoint import load_fp8_state
+from engine.quant.config import fp8_config_of_folder
 from engine.tokenizer import Tokenizer
 
 # Rows are tokenized in chunks on a background thread while the model runs the chunk
@@ -38,13 +41,20 @@ class Embedder:
         self._tokenize_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="barge-tokenize")
 
     @classmethod
-    def load(cls, folder: str | Path, dtype: torch.dtype, device: torch.device, max_batch_tokens: int) -> "Embedder":
+    def load(cls, folder: str | Path, dtype: torch.dtype, device: torch.device, max_batch_tokens: int,
+             quantization: str | None = None) -> "Embedder":
+        """quantization: None or "fp8" / "fp8-block" (engine/quant/config.py); a folder whose
+        config.json declares FP8 loads as FP8 either way."""
         config = load_encoder_config(folder)
+        checkpoint_fp8 = fp8_config_of_folder(folder)
         weight_files(folder)              # a missing weights file fails before anything is built
         tokenizer = Tokenizer.from_folder(folder, config.max_seq_length, config.do_lower_case)
+        state, fp8 = load_fp8_state(read_weights(folder, checkpoint_name_to_ours), checkpoint_fp8, quantization)
+        state = fuse_qkv(state)
         with torch.device("meta"):
             model = BertModel(config)
-        load_weights(model, folder, checkpoint_name_to_ours, combine=fuse_qkv)
+        use_fp8_linears(model, state, fp8.block_cols if fp8 else None)
+        assign_weights(model, state, folder)
         model = model.to(device=device, dtype=dtype).eval()
         return cls(config, tokenizer, model, device, max_batch_tokens)
 

@@ -11,10 +11,10 @@ from engine.embedder import Embedder
 from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, SamplingParams
 from engine.outputs import EmbeddingOutput
 from engine.params import EmbedParams
+from engine.quant.config import QUANTIZATIONS   # None, "fp8" (per-channel scales), "fp8-block" (128x128)
 
 MODES = ("generate", "embed", "transcribe")
 NOT_YET_IMPLEMENTED = ("transcribe",)
-QUANTIZATIONS = (None,)    # "fp8" comes with the FP8 work
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Tokens per forward pass when the caller names no budget. On CPU the FFN's
 # [tokens, 4 * hidden] activations should stay in cache, so batches are small; a GPU
@@ -35,7 +35,12 @@ class Engine:
                         device: str | torch.device | None = None, max_batch_tokens: int | None = None,
                         quantization: str | None = None, **generate_options) -> "Engine":
         """Load a Hugging Face–format folder (config.json, model.safetensors, tokenizer.json),
-        or for mode="generate" also a .gguf file. generate_options: see GenerateOptions."""
+        or for mode="generate" also a .gguf file. generate_options: see GenerateOptions.
+
+        quantization="fp8" stores linear-layer weights in E4M3 with per-output-channel
+        scales, "fp8-block" with 128x128 block scales; embeddings, norms, the LM head and
+        attention stay in `dtype`. FP8 checkpoints (`barge quantize`, Qwen3-FP8,
+        llm-compressor) load as FP8 whatever is passed here."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
         if mode in NOT_YET_IMPLEMENTED:
@@ -44,13 +49,14 @@ class Engine:
             raise ValueError(f"unsupported quantization {quantization!r}; expected one of {QUANTIZATIONS}")
         if mode == "generate":
             options = GenerateOptions(**generate_options)
-            return cls(mode, llm=LLMEngine.load(path, resolve_dtype(dtype), resolve_device(device), options))
+            return cls(mode, llm=LLMEngine.load(path, resolve_dtype(dtype), resolve_device(device), options,
+                                                 quantization))
         if generate_options:
             raise TypeError(f"options {sorted(generate_options)} apply to mode 'generate' only")
         device = resolve_device(device)
         if max_batch_tokens is None:     # real (unpadded) tokens per forward pass
             max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS.get(device.type, DEFAULT_MAX_BATCH_TOKENS["cuda"])
-        embedder = Embedder.load(path, resolve_dtype(dtype), device, max_batch_tokens)
+        embedder = Embedder.load(path, resolve_dtype(dtype), device, max_batch_tokens, quantization)
         return cls(mode, embedder)
 
     @property

@@ -68,8 +68,8 @@ class LLMEngine:
 
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype, device: torch.device,
-             options: GenerateOptions | None = None) -> "LLMEngine":
-        model, config, tokenizer = load_decoder(path, dtype, device)
+             options: GenerateOptions | None = None, quantization: str | None = None) -> "LLMEngine":
+        model, config, tokenizer = load_decoder(path, dtype, device, quantization)
         return cls(model, config, tokenizer, options or GenerateOptions(), dtype, device)
 
     def generate(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,

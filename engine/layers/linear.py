@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 # hidden_act -> (oneDNN post-op, its algorithm); the unfused twin is in ACTIVATIONS.
 ONEDNN_ACTIVATIONS = {
@@ -41,17 +42,18 @@ def _can_fuse(x: torch.Tensor) -> bool:
     return HAS_ONEDNN_LINEAR and x.device.type == "cpu" and x.dtype in FUSED_DTYPES and x.dim() == 2
 
 
-def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str) -> torch.Tensor:
-    """act(x @ weight.T + bias); x: [num_tokens, in] -> [num_tokens, out]."""
-    if _can_fuse(x) and act in ONEDNN_ACTIVATIONS:
+def linear_act(x: torch.Tensor, linear: nn.Module, act: str) -> torch.Tensor:
+    """act(linear(x)); x: [num_tokens, in] -> [num_tokens, out]. Only a plain nn.Linear
+    fuses; another layer (Fp8Linear) runs its own matmul, then the activation."""
+    if isinstance(linear, nn.Linear) and _can_fuse(x) and act in ONEDNN_ACTIVATIONS:
         attr, algorithm = ONEDNN_ACTIVATIONS[act]
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
-    return ACTIVATIONS[act](F.linear(x, weight, bias))
+        return torch.ops.mkldnn._linear_pointwise(x, linear.weight, linear.bias, attr, [], algorithm)
+    return ACTIVATIONS[act](linear(x))
 
 
-def linear_residual(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    residual: torch.Tensor) -> torch.Tensor:
-    """residual + x @ weight.T + bias; x: [num_tokens, in], residual: [num_tokens, out]."""
-    if _can_fuse(x) and residual.is_contiguous() and residual.dtype == x.dtype:
-        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, weight, bias, "add")
-    return residual + F.linear(x, weight, bias)
+def linear_residual(x: torch.Tensor, linear: nn.Module, residual: torch.Tensor) -> torch.Tensor:
+    """residual + linear(x); x: [num_tokens, in], residual: [num_tokens, out]."""
+    if (isinstance(linear, nn.Linear) and _can_fuse(x) and residual.is_contiguous()
+            and residual.dtype == x.dtype):
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, linear.weight, linear.bias, "add")
+    return residual + linear(x)

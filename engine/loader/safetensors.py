@@ -31,6 +31,12 @@ def load_weights(model: torch.nn.Module, folder: str | Path, rename: Callable[[s
     Q, K and V into one tensor). The model may live on the meta device: parameters
     are replaced, not copied into.
     """
+    state = read_weights(folder, rename)
+    assign_weights(model, combine(state) if combine is not None else state, folder)
+
+
+def read_weights(folder: str | Path, rename: Callable[[str], str | None]) -> dict[str, torch.Tensor]:
+    """Every checkpoint tensor that `rename` keeps, under its new name."""
     state = {}
     for path in weight_files(folder):
         with safe_open(str(path), framework="pt") as checkpoint:
@@ -38,8 +44,11 @@ def load_weights(model: torch.nn.Module, folder: str | Path, rename: Callable[[s
                 ours = rename(name)
                 if ours is not None:
                     state[ours] = checkpoint.get_tensor(name)
-    if combine is not None:
-        state = combine(state)
+    return state
+
+
+def assign_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], folder: str | Path) -> None:
+    """load_state_dict(assign=True), with a mismatch reported as ValueError naming the tensors."""
     try:
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     except RuntimeError as error:      # shape mismatches

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine.batching import PackedBatch
@@ -30,7 +29,8 @@ CHECKPOINT_RENAMES = (
     ("output.LayerNorm", "ffn_norm"),
     ("embeddings.LayerNorm", "embeddings.norm"),
 )
-QKV_PIECE = re.compile(r"^(layers\.\d+\.attention)\.(query|key|value)\.(weight|bias)$")
+# weight_scale: an FP8 weight's row-form scale (engine/quant/fp8.py) fuses by the same concatenation.
+QKV_PIECE = re.compile(r"^(layers\.\d+\.attention)\.(query|key|value)\.(weight|bias|weight_scale)$")
 
 
 def checkpoint_name_to_ours(name: str) -> str | None:
@@ -87,8 +87,8 @@ class SelfAttention(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """hidden: [num_tokens, hidden] -> hidden + attention(hidden), before the norm."""
-        attended = varlen_attention(F.linear(hidden, self.qkv.weight, self.qkv.bias), batch.groups, self.num_heads)
-        return linear_residual(attended, self.out.weight, self.out.bias, hidden)
+        attended = varlen_attention(self.qkv(hidden), batch.groups, self.num_heads)
+        return linear_residual(attended, self.out, hidden)
 
 
 class BertLayer(nn.Module):
@@ -107,8 +107,8 @@ class BertLayer(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         hidden = self.attention_norm(self.attention(hidden, batch))
-        inner = linear_act(hidden, self.ffn_in.weight, self.ffn_in.bias, self.act)
-        return self.ffn_norm(linear_residual(inner, self.ffn_out.weight, self.ffn_out.bias, hidden))
+        inner = linear_act(hidden, self.ffn_in, self.act)
+        return self.ffn_norm(linear_residual(inner, self.ffn_out, hidden))
 
 
 class BertModel(nn.Module):

@@ -125,13 +125,15 @@ def pack_hf_weights(state: dict[str, torch.Tensor], config: DecoderConfig) -> di
         state.pop("lm_head.weight", None)
     for index in range(config.num_layers):
         prefix = f"model.layers.{index}."
-        for kind in ("weight", "bias"):
+        # weight_scale: an FP8 weight's row-form scale (engine/quant/fp8.py) fuses the same way.
+        for kind in ("weight", "bias", "weight_scale"):
             names = [f"{prefix}self_attn.{p}_proj.{kind}" for p in "qkv"]
             if all(name in state for name in names):
                 state[f"{prefix}self_attn.qkv_proj.{kind}"] = torch.cat([state.pop(name) for name in names])
-        names = [f"{prefix}mlp.{p}_proj.weight" for p in ("gate", "up")]
-        if all(name in state for name in names):
-            state[f"{prefix}mlp.gate_up_proj.weight"] = torch.cat([state.pop(name) for name in names])
+        for kind in ("weight", "weight_scale"):
+            names = [f"{prefix}mlp.{p}_proj.{kind}" for p in ("gate", "up")]
+            if all(name in state for name in names):
+                state[f"{prefix}mlp.gate_up_proj.{kind}"] = torch.cat([state.pop(name) for name in names])
     for name in [name for name in state if "rotary_emb" in name]:
         del state[name]     # inv_freq buffers some checkpoints carry; ours is derived from the config
     return state
