@@ -6,6 +6,7 @@
     barge webhooks list | show EVENT | replay EVENT | endpoints | enable URL
     barge schedule add | list | runs | pause | resume | run-now | remove | prune;  barge beat
     barge demo
+    barge quantize SRC DST [--scheme fp8|fp8-block] | eval-quant MODEL   (engine/quant/)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jobs.client import Client, JobFailed
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
 from jobs.throughput import format_duration, format_rate
+from jobs.quant_commands import add_quant_commands
 from jobs.schedule_cli import add_schedule_commands
 from jobs.schedules import ScheduleError
 from jobs.webhook_admin import add_webhook_commands
@@ -98,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_webhook_commands(commands)
     add_schedule_commands(commands)
+    add_quant_commands(commands)
 
     demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
     demo.add_argument("--rows", type=int, default=10_000)
