@@ -4,6 +4,12 @@ test touches the user's real Barge data directory."""
 import os
 import tempfile
 
+import torch
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ["BARGE_DATA_DIR"] = tempfile.mkdtemp(prefix="barge-tests-")
+# Without a GPU the Triton kernels run in Triton's interpreter. It must be on before
+# triton is first imported (triton.language's own helpers are jit'd at import), hence here.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
