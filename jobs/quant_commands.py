@@ -19,6 +19,7 @@ def add_quant_commands(commands) -> None:
     evaluate.add_argument("--dtype", default="float32", help="baseline and compute dtype")
     evaluate.add_argument("--samples", type=int, default=500, help="sentences of /usr/share/common-licenses")
     evaluate.add_argument("--num-tokens", type=int, default=1024, help="tokens scored for perplexity")
+    evaluate.add_argument("--perplexity-text", metavar="PATH", help="score this file (default: the samples joined)")
     evaluate.set_defaults(func=_eval_quant)
 
 
@@ -37,9 +38,10 @@ def _quantize(args) -> int:
 def _eval_quant(args) -> int:
     from engine.quant.evaluate import evaluate
     try:
-        result = evaluate(args.model, args.scheme, mode=args.mode, dtype=args.dtype,
-                          num_samples=args.samples, num_tokens=args.num_tokens)
-    except (ValueError, FileNotFoundError) as exc:
+        text = open(args.perplexity_text, encoding="utf-8").read() if args.perplexity_text else None
+        result = evaluate(args.model, args.scheme, mode=args.mode, dtype=args.dtype, num_samples=args.samples,
+                          num_tokens=args.num_tokens, perplexity_text=text)
+    except (ValueError, OSError) as exc:
         print(f"barge: {exc}", file=sys.stderr)
         return 2
     print(result.format())

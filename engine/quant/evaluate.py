@@ -85,11 +85,11 @@ def detect_mode(model: str | Path) -> str:
 
 def evaluate(model: str | Path, quantization: str = "fp8", mode: str | None = None, texts: list[str] | None = None,
              dtype: str = "float32", num_samples: int = 500, num_tokens: int = 1024, max_tokens: int = 32,
-             **engine_options) -> QuantEval:
+             perplexity_text: str | None = None, **engine_options) -> QuantEval:
     """Load `model` in `dtype` and with `quantization`, and compare them (see the module doc).
-    texts: the sample (default: sentences of /usr/share/common-licenses); for generate the
-    perplexity text is the texts joined, its first num_tokens tokens, and the first
-    num_samples // 10 texts are the greedy prompts."""
+    texts: the sample (default: sentences of /usr/share/common-licenses). For generate,
+    perplexity is over the first num_tokens tokens of perplexity_text (default: the texts
+    joined), and the first len(texts) // 10 texts are the greedy prompts."""
     if quantization not in ("fp8", "fp8-block"):
         raise ValueError(f"unsupported quantization {quantization!r}; expected 'fp8' or 'fp8-block'")
     mode = mode or detect_mode(model)
@@ -98,11 +98,17 @@ def evaluate(model: str | Path, quantization: str = "fp8", mode: str | None = No
     texts = texts if texts is not None else sample_sentences(num_samples)
     if not texts:
         raise ValueError("no sample texts to evaluate on")
+    if mode == "generate":
+        # A KV cache for the longest request, twice over: the scheduler batches the rest into
+        # it; the default (a share of free memory, per engine) would hold gigabytes twice.
+        block_size = engine_options.get("block_size", 16)
+        engine_options.setdefault("num_blocks", 2 * -(-(num_tokens + max_tokens + 1) // block_size) + 64)
     baseline = Engine.from_pretrained(model, mode=mode, dtype=dtype, **engine_options)
     fp8 = Engine.from_pretrained(model, mode=mode, dtype=dtype, quantization=quantization, **engine_options)
     if mode == "embed":
         return _evaluate_embed(baseline, fp8, texts, quantization, dtype)
-    return _evaluate_generate(baseline, fp8, texts, quantization, dtype, num_tokens, max_tokens)
+    return _evaluate_generate(baseline, fp8, texts, quantization, dtype, num_tokens, max_tokens,
+                              perplexity_text or " ".join(texts))
 
 
 def _evaluate_embed(baseline: Engine, fp8: Engine, texts: list[str], quantization: str, dtype: str) -> QuantEval:
@@ -114,8 +120,8 @@ def _evaluate_embed(baseline: Engine, fp8: Engine, texts: list[str], quantizatio
 
 
 def _evaluate_generate(baseline: Engine, fp8: Engine, texts: list[str], quantization: str, dtype: str,
-                       num_tokens: int, max_tokens: int) -> QuantEval:
-    ids = baseline.llm.tokenizer.encode(" ".join(texts))[:num_tokens]
+                       num_tokens: int, max_tokens: int, perplexity_text: str) -> QuantEval:
+    ids = baseline.llm.tokenizer.encode(perplexity_text)[:num_tokens]
     if len(ids) < 2:
         raise ValueError(f"the sample text has {len(ids)} tokens; perplexity needs at least 2")
     prompts = texts[:max(1, len(texts) // 10)]
