@@ -1,0 +1,152 @@
+"""FP8 against bf16: decode tokens/s on a random Llama, and every FP8 Triton kernel's max error
+against its PyTorch reference.
+
+On a GPU: an 8B-shaped Llama (hidden 4096, 32 layers, FFN 14336, GQA 32/8, vocab 128256),
+batches 1 and 64. The FP8 model runs whatever the GPU supports (W8A8 on capability >= 8.9,
+the Triton weight-only kernel below it); --scheme fp8-block runs 128x128 block scales.
+On CPU it runs a tiny shape (kernels under TRITON_INTERPRET=1), so the script is exercised
+everywhere; CPU speeds say nothing about GPUs.
+
+    python bench/fp8_bench.py                      # GPU: the 8B shape; CPU: tiny
+    python bench/fp8_bench.py --scheme fp8-block --max-tokens 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")     # before triton's first import
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repo root, for tests.support
+
+from engine.generate import GenerateOptions, LLMEngine, SamplingParams  # noqa: E402
+from engine.generate.model_config import DecoderConfig  # noqa: E402
+from engine.generate.model_loader import build_model  # noqa: E402
+from engine.generate.tokenizer import TextTokenizer  # noqa: E402
+from engine.layers.fp8_linear import fp8_backend, fp8_weight_bytes  # noqa: E402
+from engine.quant.checkpoint import load_fp8_state  # noqa: E402
+from engine.quant.fp8 import block_scales_to_rows, quantize_activations, quantize_blocks, quantize_per_channel  # noqa: E402
+from tests.support.random_decoders import save_tokenizer  # noqa: E402
+
+LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
+                num_kv_heads=8, head_dim=128)
+TINY = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_layers=2, num_heads=4,
+            num_kv_heads=2, head_dim=64)
+
+
+def decoder_config(shape: dict) -> DecoderConfig:
+    return DecoderConfig(model_type="llama", rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=4096,
+                         tie_word_embeddings=False, qkv_bias=False, qk_norm=False, **shape)
+
+
+def random_state(config: DecoderConfig, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Hugging Face names, N(0, 0.02) weights: built on the device, no checkpoint on disk."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    h, f, q, kv = config.hidden_size, config.intermediate_size, config.num_heads * config.head_dim, \
+        config.num_kv_heads * config.head_dim
+    shapes = {"model.embed_tokens.weight": (config.vocab_size, h), "lm_head.weight": (config.vocab_size, h)}
+    for i in range(config.num_layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+                       p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+                       p + "mlp.gate_proj.weight": (f, h), p + "mlp.up_proj.weight": (f, h),
+                       p + "mlp.down_proj.weight": (h, f)})
+    state = {name: (torch.randn(shape, generator=generator, device=device) * 0.02).to(dtype)
+             for name, shape in shapes.items()}
+    for i in range(config.num_layers):
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            state[f"model.layers.{i}.{norm}.weight"] = torch.ones(config.hidden_size, device=device, dtype=dtype)
+    state["model.norm.weight"] = torch.ones(config.hidden_size, device=device, dtype=dtype)
+    return state
+
+
+def decode_tokens_per_second(config, quantization, tokenizer, device, dtype, batch, max_tokens) -> tuple[float, float]:
+    state, fp8 = load_fp8_state(random_state(config, device, dtype), None, quantization)
+    model = build_model(config, state, dtype, device, fp8)
+    del state
+    stored, bf16 = fp8_weight_bytes(model)
+    engine = LLMEngine(model, config, tokenizer, GenerateOptions(max_num_seqs=batch, num_blocks=batch * 24 + 8,
+                                                                 block_size=16, max_num_batched_tokens=4096),
+                       dtype, device)
+    prompts = [[(7 * row + 3 * i) % 500 + 3 for i in range(32)] for row in range(batch)]
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    engine.generate(prompts, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))    # warm-up
+    _sync(device)
+    started = time.perf_counter()
+    engine.generate(prompts, params)
+    _sync(device)
+    tokens_per_second = batch * max_tokens / (time.perf_counter() - started)
+    del engine, model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return tokens_per_second, (stored / bf16 if bf16 else 1.0)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def kernel_errors(device: torch.device, shapes: list[tuple[int, int, int]]) -> list[str]:
+    """Max |kernel - reference| (and the reference's max |value|) for every FP8 Triton kernel."""
+    from engine.kernels import fp8_matmul
+    lines = []
+    for tokens, out_features, in_features in shapes:
+        weight = torch.randn(out_features, in_features, device=device) * 0.02
+        q_channel, channel_scale = quantize_per_channel(weight)
+        q_block, block_scale = quantize_blocks(weight)
+        block_rows = block_scales_to_rows(block_scale, out_features, 128)
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            x = torch.randn(tokens, in_features, device=device).to(dtype)
+            for name, q, scale, group in (("per-channel", q_channel, channel_scale, in_features),
+                                          ("block", q_block, block_rows, 128)):
+                ours = fp8_matmul.fp8_weight_only_matmul(x, q, scale, group)
+                expected = fp8_matmul.reference_weight_only(x, q, scale, group)
+                lines.append(_error_line(f"weight-only {name} {str(dtype)[6:]}", (tokens, out_features, in_features),
+                                         ours, expected))
+        x_q, x_scale = quantize_activations(torch.randn(tokens, in_features, device=device), 128)
+        ours = fp8_matmul.fp8_w8a8_group_matmul(x_q, x_scale, q_block, block_rows, 128, torch.bfloat16)
+        expected = fp8_matmul.reference_w8a8(x_q, x_scale, q_block, block_rows, 128, torch.bfloat16)
+        lines.append(_error_line("w8a8 block bf16", (tokens, out_features, in_features), ours, expected))
+    return lines
+
+
+def _error_line(name: str, shape: tuple, ours: torch.Tensor, expected: torch.Tensor) -> str:
+    error = (ours.float() - expected.float()).abs().max().item()
+    return f"  {name:28} M,N,K={shape}: max error {error:.3g} (max |ref| {expected.float().abs().max().item():.3g})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scheme", default="fp8", choices=["fp8", "fp8-block"])
+    parser.add_argument("--max-tokens", type=int, default=None, help="tokens generated per request")
+    args = parser.parse_args()
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    config = decoder_config(LLAMA_8B if on_gpu else TINY)
+    batches = (1, 64) if on_gpu else (1, 8)
+    max_tokens = args.max_tokens or (128 if on_gpu else 8)
+    with tempfile.TemporaryDirectory() as folder:
+        save_tokenizer(Path(folder))
+        tokenizer = TextTokenizer.from_folder(folder)
+    print(f"device {torch.cuda.get_device_name() if on_gpu else 'cpu'}, FP8 backend {fp8_backend(device)!r}, "
+          f"{config.num_layers} layers x hidden {config.hidden_size}, {max_tokens} tokens per request")
+    for batch in batches:
+        bf16, _ = decode_tokens_per_second(config, None, tokenizer, device, torch.bfloat16, batch, max_tokens)
+        fp8, ratio = decode_tokens_per_second(config, args.scheme, tokenizer, device, torch.bfloat16, batch, max_tokens)
+        print(f"batch {batch:3}: bf16 {bf16:9.1f} tok/s   {args.scheme} {fp8:9.1f} tok/s   "
+              f"ratio {fp8 / bf16:.2f}x   FP8 layer weights {ratio:.1%} of bf16")
+    shapes = [(1, 4096, 4096), (64, 14336, 4096), (64, 4096, 14336)] if on_gpu else [(3, 96, 256), (17, 130, 200)]
+    print("Triton kernels against their PyTorch references" + ("" if on_gpu else " (TRITON_INTERPRET=1)"))
+    print("\n".join(kernel_errors(device, shapes)))
+
+
+if __name__ == "__main__":
+    main()
