@@ -30,7 +30,7 @@ from engine.generate import GenerateOptions, LLMEngine, SamplingParams  # noqa: 
 from engine.generate.model_config import DecoderConfig  # noqa: E402
 from engine.generate.model_loader import build_model  # noqa: E402
 from engine.generate.tokenizer import TextTokenizer  # noqa: E402
-from engine.layers.fp8_linear import fp8_backend, fp8_weight_bytes  # noqa: E402
+from engine.layers.fp8_linear import Fp8Linear, fp8_backend, fp8_linear, fp8_weight_bytes  # noqa: E402
 from engine.quant.checkpoint import load_fp8_state  # noqa: E402
 from engine.quant.fp8 import block_scales_to_rows, quantize_activations, quantize_blocks, quantize_per_channel  # noqa: E402
 from tests.support.random_decoders import save_tokenizer  # noqa: E402
@@ -115,7 +115,20 @@ def kernel_errors(device: torch.device, shapes: list[tuple[int, int, int]]) -> l
         ours = fp8_matmul.fp8_w8a8_group_matmul(x_q, x_scale, q_block, block_rows, 128, torch.bfloat16)
         expected = fp8_matmul.reference_w8a8(x_q, x_scale, q_block, block_rows, 128, torch.bfloat16)
         lines.append(_error_line("w8a8 block bf16", (tokens, out_features, in_features), ours, expected))
+        if fp8_backend(device) == "w8a8":     # not Triton, but the other W8A8 path: torch._scaled_mm
+            lines.append(_scaled_mm_error(device, tokens, q_channel, channel_scale))
     return lines
+
+
+def _scaled_mm_error(device: torch.device, tokens: int, q: torch.Tensor, scale: torch.Tensor) -> str:
+    from engine.kernels import fp8_matmul
+    out_features, in_features = q.shape
+    layer = Fp8Linear(in_features, out_features, False, 1, in_features).to(device)
+    layer.weight, layer.weight_scale = q, scale
+    x = torch.randn(tokens, in_features, device=device, dtype=torch.bfloat16)
+    x_q, x_scale = quantize_activations(x)
+    expected = fp8_matmul.reference_w8a8(x_q, x_scale, q, scale, in_features, torch.bfloat16)
+    return _error_line("_scaled_mm per-channel bf16", (tokens, out_features, in_features), fp8_linear(x, layer), expected)
 
 
 def _error_line(name: str, shape: tuple, ours: torch.Tensor, expected: torch.Tensor) -> str:

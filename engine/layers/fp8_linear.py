@@ -89,7 +89,7 @@ def _scaled_mm_per_channel(x: torch.Tensor, layer: Fp8Linear) -> torch.Tensor:
     # applies both in the epilogue. It wants the second operand column-major: weight.t() is.
     x_q, x_scale = quantize_activations(x)
     bias = None if layer.bias is None else layer.bias.to(torch.bfloat16)
-    out = torch._scaled_mm(x_q, layer.weight.t(), scale_a=x_scale, scale_b=layer.weight_scale.t(),
+    out = torch._scaled_mm(x_q, layer.weight.t(), scale_a=x_scale, scale_b=layer.weight_scale.reshape(1, -1),
                            bias=bias, out_dtype=torch.bfloat16)
     return out.to(x.dtype)
 
