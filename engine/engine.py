@@ -14,7 +14,6 @@ from engine.params import EmbedParams
 from engine.quant.config import QUANTIZATIONS   # None, "fp8" (per-channel scales), "fp8-block" (128x128)
 
 MODES = ("generate", "embed", "transcribe")
-NOT_YET_IMPLEMENTED = ("transcribe",)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Tokens per forward pass when the caller names no budget. On CPU the FFN's
 # [tokens, 4 * hidden] activations should stay in cache, so batches are small; a GPU
@@ -25,26 +24,33 @@ DEFAULT_MAX_BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
 class Engine:
     """A loaded model serving one mode. Build it with Engine.from_pretrained."""
 
-    def __init__(self, mode: str, embedder: Embedder | None = None, llm: LLMEngine | None = None):
+    def __init__(self, mode: str, embedder: Embedder | None = None, llm: LLMEngine | None = None,
+                 transcriber=None):
         self.mode = mode
         self._embedder = embedder
         self.llm = llm           # the generate mode's engine: options, tokenizer, last_run stats
+        self.transcriber = transcriber   # the transcribe mode's engine (engine.whisper.Transcriber)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, mode: str = "embed", dtype: str | torch.dtype = "float32",
+    def from_pretrained(cls, path: str | Path, mode: str = "embed", dtype: str | torch.dtype | None = None,
                         device: str | torch.device | None = None, max_batch_tokens: int | None = None,
                         quantization: str | None = None, **generate_options) -> "Engine":
         """Load a Hugging Face–format folder (config.json, model.safetensors, tokenizer.json),
-        or for mode="generate" also a .gguf file. generate_options: see GenerateOptions.
+        or for mode="generate" also a .gguf file; for mode="transcribe" also a CTranslate2
+        folder or an openai-whisper .pt. dtype: float32 by default, but 16-bit for
+        transcription on a GPU. generate_options: see GenerateOptions; for "transcribe",
+        max_slots and max_admit (engine.whisper.build).
 
         quantization="fp8" stores linear-layer weights in E4M3 with per-output-channel
         scales, "fp8-block" with 128x128 block scales; embeddings, norms, the LM head and
         attention stay in `dtype`. FP8 checkpoints (`barge quantize`, Qwen3-FP8,
-        llm-compressor) load as FP8 whatever is passed here."""
+        llm-compressor) load as FP8 whatever is passed here. Transcription takes FP8 only
+        where engine.whisper.build's hook allows it (not yet)."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-        if mode in NOT_YET_IMPLEMENTED:
-            raise ValueError(f"mode {mode!r} is not implemented yet; 'embed' and 'generate' are available")
+        if mode == "transcribe":
+            return cls._load_transcriber(path, dtype, device, quantization, generate_options)
+        dtype = "float32" if dtype is None else dtype
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"unsupported quantization {quantization!r}; expected one of {QUANTIZATIONS}")
         if mode == "generate":
@@ -58,6 +64,31 @@ class Engine:
             max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS.get(device.type, DEFAULT_MAX_BATCH_TOKENS["cuda"])
         embedder = Embedder.load(path, resolve_dtype(dtype), device, max_batch_tokens, quantization)
         return cls(mode, embedder)
+
+    @classmethod
+    def _load_transcriber(cls, path, dtype, device, quantization, options: dict) -> "Engine":
+        from engine.whisper.build import load_transcriber
+        unknown = sorted(set(options) - {"max_slots", "max_admit"})
+        if unknown:
+            raise TypeError(f"options {unknown} do not apply to mode 'transcribe' (max_slots, max_admit do)")
+        device = resolve_device(device)
+        if dtype is None:     # ASR models are served in 16-bit; CPUs are fast only in fp32
+            dtype = "float16" if device.type == "cuda" else "float32"
+        transcriber = load_transcriber(path, resolve_dtype(dtype), device, quantization=quantization, **options)
+        return cls("transcribe", transcriber=transcriber)
+
+    def transcribe(self, audio: list, language: str | None = None, task: str = "transcribe",
+                   temperature: float | tuple[float, ...] = 0.0, beam_size: int = 1, vad: bool = True,
+                   with_timestamps: bool = True) -> list:
+        """One TranscriptionOutput per input (float32 16 kHz array, bytes, path or fsspec
+        URL) in input order: .text, .segments (start, end, text), .language, .duration_s,
+        .error (undecodable or empty audio is such a row); a bad option raises ValueError."""
+        if self.transcriber is None:
+            raise ValueError(f"transcribe needs an engine loaded with mode='transcribe', not {self.mode!r}")
+        from engine.whisper.params import TranscribeParams
+        params = TranscribeParams(language=language, task=task, temperature=temperature, beam_size=beam_size,
+                                  vad=vad, with_timestamps=with_timestamps)
+        return self.transcriber.transcribe(list(audio), params)
 
     @property
     def model_name(self) -> str:

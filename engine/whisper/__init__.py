@@ -1,0 +1,1 @@
+"""Whisper transcription: audio in, timestamped text out (Engine mode "transcribe")."""

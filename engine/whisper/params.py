@@ -1,0 +1,45 @@
+"""TranscribeParams: what a caller may choose per transcribe() call, checked in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.whisper.tokenizer import TASKS
+
+FALLBACK_STEP = 0.2     # openai-whisper's temperature_increment_on_fallback
+
+
+@dataclass(frozen=True)
+class TranscribeParams:
+    language: str | None = None        # None: detect per file (from its first chunk)
+    task: str = "transcribe"           # or "translate" (to English)
+    temperature: float | tuple[float, ...] = 0.0
+    """The first decoding temperature, then fallbacks in 0.2 steps up to 1.0; or the
+    exact sequence of temperatures to try."""
+    beam_size: int = 1                 # 1: greedy (beam search is not implemented yet)
+    vad: bool = True                   # False: cut only to fit 30 s, keep silences
+    with_timestamps: bool = True       # False: one segment per chunk
+
+    def __post_init__(self) -> None:
+        if isinstance(self.temperature, list):
+            object.__setattr__(self, "temperature", tuple(self.temperature))
+        if self.language is not None and not isinstance(self.language, str):
+            raise ValueError(f"language must be a language code such as 'en' or None, got {self.language!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        temperatures = self.temperature if isinstance(self.temperature, tuple) else (self.temperature,)
+        if not temperatures or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 2
+                                   for t in temperatures):
+            raise ValueError(f"temperature must be a number in [0, 2] or a list of them, got {self.temperature!r}")
+        if isinstance(self.beam_size, bool) or self.beam_size != 1:
+            raise ValueError(f"beam_size must be 1 (greedy; beam search is not implemented yet), got {self.beam_size!r}")
+        for name in ("vad", "with_timestamps"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        if isinstance(self.temperature, tuple):
+            return tuple(float(t) for t in self.temperature)
+        steps = max(0, int(round((1.0 - self.temperature) / FALLBACK_STEP)))
+        return tuple(round(self.temperature + FALLBACK_STEP * i, 6) for i in range(steps + 1))

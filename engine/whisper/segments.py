@@ -1,0 +1,33 @@
+"""Timestamp tokens -> segments of one chunk, on the file's time line.
+
+Whisper writes <|t0|> text <|t1|><|t1'|> text <|t2|> ...: each segment opens and closes
+with a timestamp (seconds from the chunk's start, 0.02-s steps). Text after the last
+closing timestamp, or a chunk decoded without timestamps, runs to the chunk's end.
+"""
+
+from __future__ import annotations
+
+from engine.whisper.config import SECONDS_PER_TIMESTAMP
+from engine.whisper.outputs import Segment
+from engine.whisper.tokenizer import WhisperTokenizer
+
+
+def chunk_segments(tokens: list[int], tokenizer: WhisperTokenizer, offset_s: float, duration_s: float) -> list[Segment]:
+    begin = tokenizer.timestamp_begin
+    segments, text_tokens, opened_at = [], [], 0.0
+    for token in tokens:
+        if token < begin:
+            text_tokens.append(token)
+            continue
+        time_s = min((token - begin) * SECONDS_PER_TIMESTAMP, duration_s)
+        if text_tokens:
+            segments.append(_segment(tokenizer, text_tokens, offset_s + opened_at, offset_s + time_s))
+            text_tokens = []
+        opened_at = time_s
+    if text_tokens:
+        segments.append(_segment(tokenizer, text_tokens, offset_s + opened_at, offset_s + duration_s))
+    return [s for s in segments if s.text]
+
+
+def _segment(tokenizer: WhisperTokenizer, text_tokens: list[int], start: float, end: float) -> Segment:
+    return Segment(round(start, 3), round(max(start, end), 3), tokenizer.decode(text_tokens).strip())

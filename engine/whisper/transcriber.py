@@ -1,0 +1,128 @@
+"""Transcriber: long-form transcription of many files at once.
+
+    files → decode + resample → VAD chunks (<= 30 s) → one DecodeRequest per chunk
+          → ChunkDecoder (chunks of all files decoded together) → quality check per chunk
+          → stitched back per file in time order: text, segments, language, duration_s
+
+NOTE: a chunk whose text compresses too well (a loop) or whose tokens are too unlikely
+is decoded again at the next temperature (0.2, 0.4, ...) from the same encoder output;
+when every temperature fails it is cut in two at its quietest point and each half
+starts over, once. A chunk the model thinks is silence (no-speech probability > 0.6
+with unlikely tokens) contributes nothing. These are openai-whisper's thresholds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from engine.whisper.audio import Audio, AudioError, load_audio
+from engine.whisper.config import SAMPLE_RATE
+from engine.whisper.decoding import ChunkDecoder
+from engine.whisper.logit_rules import compression_ratio
+from engine.whisper.outputs import Segment, TranscriptionOutput
+from engine.whisper.params import TranscribeParams
+from engine.whisper.request import DecodeOptions, DecodeRequest
+from engine.whisper.segments import chunk_segments
+from engine.whisper.vad import chunk_spans, split_span
+
+COMPRESSION_RATIO_THRESHOLD = 2.4
+LOGPROB_THRESHOLD = -1.0
+NO_SPEECH_THRESHOLD = 0.6
+MAX_SPLIT_DEPTH = 1
+MIN_SPLIT_S = 4.0            # halves shorter than this are not worth a re-chunk
+
+
+@dataclass(eq=False)
+class FileWork:
+    audio: Audio
+    language: str | None
+    chunks: dict[int, tuple[str, list[Segment]]] = field(default_factory=dict)   # start sample -> (raw text, segments)
+    num_tokens: int = 0
+    first_request: DecodeRequest | None = None
+
+    def output(self) -> TranscriptionOutput:
+        ordered = [self.chunks[start] for start in sorted(self.chunks)]
+        language = self.language or (self.first_request.language if self.first_request else None)
+        return TranscriptionOutput(text="".join(raw for raw, _ in ordered).strip(),
+                                   segments=[s for _, segments in ordered for s in segments],
+                                   language=language, duration_s=round(self.audio.duration_s, 3),
+                                   num_tokens=self.num_tokens)
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    file: FileWork
+    span: tuple[int, int]      # samples of the file
+    attempt: int               # index into the temperatures
+    depth: int                 # re-chunks so far
+
+
+class Transcriber:
+    def __init__(self, decoder: ChunkDecoder):
+        self.decoder = decoder
+        self.tokenizer = decoder.tokenizer
+        self._ids = itertools.count()
+
+    def transcribe(self, sources: list, params: TranscribeParams) -> list[TranscriptionOutput]:
+        self.tokenizer.check_language(params.language)
+        language = params.language or (None if self.tokenizer.is_multilingual else "en")
+        works: list[FileWork | TranscriptionOutput] = [self._open(source, language) for source in sources]
+        jobs: dict[int, ChunkJob] = {}
+        for work in works:
+            if isinstance(work, FileWork):
+                for index, span in enumerate(chunk_spans(work.audio, params.vad)):
+                    request = self._submit(jobs, ChunkJob(work, span, 0, 0), params)
+                    work.first_request = work.first_request or request
+        while self.decoder.has_work:
+            for request in self.decoder.step():
+                self._finish(jobs, jobs.pop(request.request_id), request, params)
+        return [work.output() if isinstance(work, FileWork) else work for work in works]
+
+    def _open(self, source, language: str | None) -> FileWork | TranscriptionOutput:
+        try:
+            return FileWork(load_audio(source), language)
+        except AudioError as exc:
+            return TranscriptionOutput(text=None, error=str(exc))
+
+    def _submit(self, jobs: dict, job: ChunkJob, params: TranscribeParams, features=None,
+                first: bool = False) -> DecodeRequest:
+        file, (start, end) = job.file, job.span
+        options = DecodeOptions(task=params.task, temperature=params.temperatures[job.attempt],
+                                with_timestamps=params.with_timestamps, seed=start * 8 + job.attempt)
+        is_first = file.first_request is None
+        request = DecodeRequest(next(self._ids), lambda: file.audio.samples(start, end), options,
+                                language=file.language, audio_features=features,
+                                language_from=None if is_first else file.first_request)
+        jobs[request.request_id] = job
+        self.decoder.add(request, first)
+        return request
+
+    def _finish(self, jobs: dict, job: ChunkJob, request: DecodeRequest, params: TranscribeParams) -> None:
+        job.file.num_tokens += len(request.output) + 1
+        file = job.file
+        if file.language is None and file.first_request is not None:
+            file.language = file.first_request.language      # every later chunk decodes in it
+        raw_text = self.tokenizer.decode(request.output)
+        is_silent = request.no_speech_prob > NO_SPEECH_THRESHOLD
+        is_unlikely = request.avg_logprob < LOGPROB_THRESHOLD
+        needs_fallback = not is_silent and (is_unlikely or compression_ratio(raw_text) > COMPRESSION_RATIO_THRESHOLD)
+        if needs_fallback and job.attempt + 1 < len(params.temperatures):
+            retry = ChunkJob(file, job.span, job.attempt + 1, job.depth)
+            self._submit(jobs, retry, params, features=request.audio_features, first=True)
+            return
+        request.audio_features = None
+        halves = split_span(file.audio, job.span) if needs_fallback and self._can_split(job) else []
+        if halves:
+            for span in halves:
+                self._submit(jobs, ChunkJob(file, span, 0, job.depth + 1), params, first=True)
+            return
+        start, end = job.span
+        if is_silent and is_unlikely:
+            file.chunks[start] = ("", [])
+            return
+        segments = chunk_segments(request.output, self.tokenizer, start / SAMPLE_RATE, (end - start) / SAMPLE_RATE)
+        file.chunks[start] = (raw_text, segments)
+
+    def _can_split(self, job: ChunkJob) -> bool:
+        return job.depth < MAX_SPLIT_DEPTH and (job.span[1] - job.span[0]) >= 2 * MIN_SPLIT_S * SAMPLE_RATE

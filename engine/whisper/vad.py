@@ -1,0 +1,131 @@
+"""Energy voice-activity detection: where each file is cut into chunks of <= 30 s.
+
+No VAD model can be downloaded here (Silero, pyannote), so this one is energy-based:
+
+1. frame energy: RMS in dBFS over 20 ms frames;
+2. speech: frames louder than both the noise floor (10th percentile) + 12 dB and the
+   loud level (99th percentile) - 45 dB; pauses shorter than 0.3 s are bridged, bursts
+   shorter than 0.1 s dropped, and each region padded by 0.2 s;
+3. chunks: neighbouring regions are merged while the merged span stays within 30 s,
+   so the encoder's fixed 30-s window is used well; a region that is longer on its own
+   is cut at its quietest frame in the last third of the window, which is a pause
+   between words whenever there is one (never a fixed 30-s cut through a word).
+
+With vad off, the whole file is one region and only step 3's cutting applies.
+It is fooled by loud non-speech (music, noise): Whisper then hears it and, for noise,
+its no-speech probability drops the chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.whisper.audio import BLOCK_SAMPLES, Audio
+from engine.whisper.config import SAMPLE_RATE
+
+FRAME_SAMPLES = 320                 # 20 ms; divides BLOCK_SAMPLES, so blocks hold whole frames
+FRAMES_PER_SECOND = SAMPLE_RATE // FRAME_SAMPLES
+SILENCE_DB = -100.0                 # a frame of digital silence
+
+
+@dataclass(frozen=True)
+class VadOptions:
+    max_chunk_s: float = 30.0
+    min_cut_s: float = 20.0           # a long region is cut between min_cut_s and max_chunk_s
+    min_silence_s: float = 0.3
+    min_speech_s: float = 0.1
+    pad_s: float = 0.2
+    floor_margin_db: float = 12.0
+    loud_range_db: float = 45.0
+
+
+def frame_energies(audio: Audio) -> np.ndarray:
+    """[num_frames] RMS dBFS, block by block (a silent block costs nothing)."""
+    per_block = BLOCK_SAMPLES // FRAME_SAMPLES
+    parts = []
+    for block in audio.blocks:
+        if block is None:
+            parts.append(np.full(per_block, SILENCE_DB, dtype=np.float32))
+            continue
+        usable = len(block) // FRAME_SAMPLES * FRAME_SAMPLES
+        frames = block[:usable].reshape(-1, FRAME_SAMPLES)
+        rms = np.sqrt(np.mean(frames.astype(np.float64) ** 2, axis=1))
+        parts.append(np.maximum(20 * np.log10(np.maximum(rms, 1e-10)), SILENCE_DB).astype(np.float32))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def speech_regions(energies: np.ndarray, options: VadOptions) -> list[tuple[int, int]]:
+    """[(start_frame, end_frame)] of speech, bridged, filtered and padded."""
+    if len(energies) == 0:
+        return []
+    floor, loud = np.percentile(energies, 10), np.percentile(energies, 99)
+    if loud <= SILENCE_DB:
+        return []
+    threshold = max(floor + options.floor_margin_db, loud - options.loud_range_db)
+    is_speech = energies > threshold
+    regions = _runs(is_speech)
+    regions = _bridge(regions, round(options.min_silence_s * FRAMES_PER_SECOND))
+    min_frames, pad = round(options.min_speech_s * FRAMES_PER_SECOND), round(options.pad_s * FRAMES_PER_SECOND)
+    padded = [(max(0, s - pad), min(len(energies), e + pad)) for s, e in regions if e - s >= min_frames]
+    return _bridge(padded, 0)
+
+
+def chunk_spans(audio: Audio, use_vad: bool = True, options: VadOptions = VadOptions()) -> list[tuple[int, int]]:
+    """[(start_sample, end_sample)] chunks of <= max_chunk_s, in time order."""
+    energies = frame_energies(audio)
+    regions = speech_regions(energies, options) if use_vad else [(0, len(energies))]
+    max_frames = round(options.max_chunk_s * FRAMES_PER_SECOND)
+    min_cut = round(options.min_cut_s * FRAMES_PER_SECOND)
+    pieces = [piece for region in regions for piece in _cut(region, energies, max_frames, min_cut)]
+    spans = [(s * FRAME_SAMPLES, min(e * FRAME_SAMPLES, audio.num_samples)) for s, e in _merge(pieces, max_frames)]
+    return [(s, e) for s, e in spans if e > s]
+
+
+def split_span(audio: Audio, span: tuple[int, int]) -> list[tuple[int, int]]:
+    """Two halves of a chunk, cut at the quietest frame of its middle half (a re-chunk)."""
+    start, end = span[0] // FRAME_SAMPLES, -(-span[1] // FRAME_SAMPLES)
+    energies = frame_energies(audio)[start:end]
+    quarter = max(1, len(energies) // 4)
+    cut = start + quarter + int(np.argmin(energies[quarter:len(energies) - quarter] if len(energies) > 2 * quarter
+                                          else energies[:1]))
+    return [(span[0], cut * FRAME_SAMPLES), (cut * FRAME_SAMPLES, span[1])]
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
+
+
+def _bridge(regions: list[tuple[int, int]], max_gap: int) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in regions:
+        if merged and start - merged[-1][1] <= max_gap:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _cut(region: tuple[int, int], energies: np.ndarray, max_frames: int, min_cut: int) -> list[tuple[int, int]]:
+    """A region longer than max_frames, cut at the quietest frame in [min_cut, max_frames) of each window."""
+    start, end = region
+    pieces = []
+    while end - start > max_frames:
+        window = energies[start + min_cut:start + max_frames]
+        cut = start + min_cut + int(np.argmin(window))
+        pieces.append((start, cut))
+        start = cut
+    pieces.append((start, end))
+    return pieces
+
+
+def _merge(pieces: list[tuple[int, int]], max_frames: int) -> list[tuple[int, int]]:
+    chunks: list[tuple[int, int]] = []
+    for start, end in pieces:
+        if chunks and end - chunks[-1][0] <= max_frames:
+            chunks[-1] = (chunks[-1][0], end)
+        else:
+            chunks.append((start, end))
+    return chunks
