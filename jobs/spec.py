@@ -17,7 +17,7 @@ from webhooks.safety import validate_webhook_url
 
 MODES = ("embed", "generate", "transcribe")
 # Modes whose engine this version of Barge has; a job in another mode is refused.
-AVAILABLE_MODES = ("embed", "generate")
+AVAILABLE_MODES = ("embed", "generate", "transcribe")
 IF_EXISTS = ("error", "replace")
 
 # mode -> parameter name -> (accepted types, description for errors)
@@ -39,7 +39,14 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "stop_token_ids": ((list, tuple), "a list of token ids"),
         "ignore_eos": ((bool,), "a boolean"),
     },
-    "transcribe": {},
+    # engine.whisper.TranscribeParams; values are checked there too (jobs.validate)
+    "transcribe": {
+        "language": ((str, type(None)), "a language code such as \"en\", or null to detect it"),
+        "task": ((str,), '"transcribe" or "translate"'),
+        "temperature": ((int, float, list, tuple), "a number in [0, 2] or a list of them (fallbacks)"),
+        "beam_size": ((int,), "1 (greedy decoding)"),
+        "vad": ((bool,), "a boolean (false: cut only to fit 30 s, keep silences)"),
+    },
 }
 
 
@@ -58,7 +65,7 @@ class JobSpec:
     """One batch job. Frozen: a job's spec never changes after submission."""
 
     mode: str
-    """"embed" (available), "generate" or "transcribe"."""
+    """"embed", "generate" or "transcribe"."""
     model: str
     """A registered model name or a model folder path (see `jobs.models`)."""
     input: str | tuple[str, ...]
@@ -66,7 +73,7 @@ class JobSpec:
     output: str
     """Output folder (path or fsspec URL): part files, `_manifest.json`, `_SUCCESS`."""
     input_column: str = "text"
-    """The column holding each row's input."""
+    """The column holding each row's input (transcribe: audio bytes, or paths/URLs of audio files)."""
     id_column: str | None = None
     """A column carried into the output to join results back; None adds `row_index`."""
     webhook_url: str | None = None

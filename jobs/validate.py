@@ -48,6 +48,8 @@ def check_job(spec: JobSpec) -> CheckedJob:
         raise JobSpecError("output", f"{spec.output} already holds a committed result (_SUCCESS); "
                                      "choose another output or submit with if_exists='replace'")
     _check_mode(spec, model)
+    if spec.mode == "transcribe":
+        _check_audio_column(spec, info)
     id_field = info.schema.field(spec.id_column) if spec.id_column else ROW_INDEX_FIELD
     # Outside the try: a JobSpecError is a ValueError, and its field must not become id_column's.
     dimensions = _dimensions(spec, model)
@@ -83,8 +85,8 @@ def _with_carried(schema: pa.Schema, spec: JobSpec, info: InputInfo) -> pa.Schem
 
 
 def input_columns(spec: JobSpec) -> dict[str, str]:
-    """role -> column name, for storage.plan.inspect_input."""
-    columns = {"input_column": spec.input_column}
+    """role -> column name, for storage.plan.inspect_input (audio is not text: its own role)."""
+    columns = {"audio_column" if spec.mode == "transcribe" else "input_column": spec.input_column}
     if spec.id_column:
         columns["id_column"] = spec.id_column
     return columns
@@ -104,6 +106,21 @@ def _check_mode(spec: JobSpec, model: ModelRef) -> None:
             SamplingParams(**sampling_kwargs(spec.params))
         except (TypeError, ValueError) as exc:
             raise JobSpecError("params", str(exc)) from None
+    if spec.mode == "transcribe":
+        from engine.whisper.params import TranscribeParams
+        try:
+            TranscribeParams(**spec.params)
+        except ValueError as exc:
+            raise JobSpecError("params", str(exc)) from None
+
+
+def _check_audio_column(spec: JobSpec, info: InputInfo) -> None:
+    """Audio comes as bytes (binary) or as paths/URLs of audio files (string)."""
+    column_type = info.schema.field(spec.input_column).type
+    if not any(check(column_type) for check in (pa.types.is_binary, pa.types.is_large_binary,
+                                                 pa.types.is_string, pa.types.is_large_string)):
+        raise JobSpecError("input_column", f"column {spec.input_column!r} has type {column_type}; a transcribe "
+                                           "job needs audio bytes (binary) or audio file paths/URLs (string)")
 
 
 def sampling_kwargs(params: dict) -> dict:
@@ -113,7 +130,7 @@ def sampling_kwargs(params: dict) -> dict:
 
 def _input_field(message: str, spec: JobSpec) -> str:
     # Name the field the user must change: a missing or mistyped column is that field's.
-    if "(the input_column)" in message:
+    if "(the input_column)" in message or "(the audio_column)" in message:
         return "input_column"
     if "(the id_column)" in message:
         return "id_column"

@@ -20,6 +20,8 @@ def infer(engine, job: JobRecord, ids: pa.Array, inputs: list) -> list:
         return engine.encode(inputs, **job.spec.params)
     if job.spec.mode == "generate":
         return engine.generate(inputs, _sampling_params(job.spec.params, ids))
+    if job.spec.mode == "transcribe":     # audio bytes or paths/URLs; bad audio is a row's error
+        return engine.transcribe(inputs, **job.spec.params)
     raise ValueError(f"mode {job.spec.mode!r} has no engine in this worker")
 
 

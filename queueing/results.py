@@ -17,6 +17,8 @@ def build_table(mode: str, ids: pa.Array, outputs: list, *, id_column: str | Non
         columns = _embed_columns(outputs, schema.field("embedding").type.list_size)
     elif mode == "generate":
         columns = _generate_columns(outputs)
+    elif mode == "transcribe":
+        columns = _transcribe_columns(outputs, schema.field("segments").type)
     else:
         raise ValueError(f"no result table for mode {mode!r}")
     columns["error"] = pa.array([out.error for out in outputs], type=pa.string())
@@ -29,6 +31,17 @@ def _generate_columns(outputs: list) -> dict[str, pa.Array]:
         "finish_reason": pa.array([out.finish_reason for out in outputs], type=pa.string()),
         "num_prompt_tokens": pa.array([out.num_prompt_tokens for out in outputs], type=pa.int32()),
         "num_output_tokens": pa.array([out.num_output_tokens for out in outputs], type=pa.int32()),
+    }
+
+
+def _transcribe_columns(outputs: list, segments_type: pa.DataType) -> dict[str, pa.Array]:
+    segments = [None if out.error else [{"start": s.start, "end": s.end, "text": s.text} for s in out.segments]
+                for out in outputs]
+    return {
+        "text": pa.array([None if out.error else out.text for out in outputs], type=pa.string()),
+        "segments": pa.array(segments, type=segments_type),
+        "language": pa.array([out.language for out in outputs], type=pa.string()),
+        "duration_s": pa.array([out.duration_s for out in outputs], type=pa.float64()),
     }
 
 

@@ -31,7 +31,8 @@ class ShardUsage:
     mode: str
     num_rows: int
     rows_failed: int
-    num_tokens: int                     # embed: tokens fed to the model; generate: prompt + output
+    num_tokens: int                     # embed: tokens fed to the model; generate: prompt + output;
+                                        # transcribe: tokens decoded
     error_kinds: dict[str, int] = field(default_factory=dict)   # kind (ERROR_KINDS) -> failed rows
     engine: dict = field(default_factory=dict)                  # engine_settings(); "device" among them
 
@@ -96,7 +97,8 @@ def current_device_type() -> str:
 def _first_parameter(engine):
     import torch
     llm = getattr(engine, "llm", None)
-    for holder in (getattr(engine, "_embedder", None), llm, getattr(llm, "runner", None)):
+    transcriber = getattr(getattr(engine, "transcriber", None), "decoder", None)
+    for holder in (getattr(engine, "_embedder", None), llm, getattr(llm, "runner", None), transcriber):
         for value in (vars(holder).values() if holder is not None else ()):
             if isinstance(value, torch.nn.Module):
                 return next(value.parameters(), None)

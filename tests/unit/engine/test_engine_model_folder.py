@@ -67,8 +67,8 @@ def test_unknown_sentence_transformers_module_is_refused(tmp_path):
         Engine.from_pretrained(tmp_path, mode="embed")
 
 
-def test_modes_not_built_yet():
-    with pytest.raises(ValueError, match="not implemented yet"):
+def test_an_encoder_is_refused_for_transcribe():
+    with pytest.raises(ValueError, match="holds no Whisper model"):
         Engine.from_pretrained(MINILM, mode="transcribe")
 
 

@@ -29,8 +29,9 @@ def test_a_minimal_spec_gets_the_defaults():
     # mode
     (dict(mode="summarize"), "mode", "unknown mode 'summarize'"),
     (dict(mode=""), "mode", "unknown mode"),
-    (dict(mode="transcribe"), "mode", "not available"),
-    (dict(mode="transcribe"), "mode", "not available"),
+    (dict(mode="transcribe", params={"beam": 2}), "params.beam", "unknown parameter for mode 'transcribe'"),
+    (dict(mode="transcribe", params={"vad": "yes"}), "params.vad", "must be a boolean"),
+    (dict(mode="transcribe", params={"language": 7}), "params.language", "language code"),
     # required text fields
     (dict(model=""), "model", "non-empty"),
     (dict(model="   "), "model", "non-empty"),

@@ -3,7 +3,7 @@
 Whisper base arrives as two wheels holding halves of one CTranslate2 `model.bin`; the
 halves are joined once into a cache folder on first use. The join writes to a
 temporary name and renames, so concurrent workers never see a half-written file.
-No torch here: the model registry imports this to list the names.
+The model registry imports this to list the names: no torch here.
 """
 
 from __future__ import annotations
