@@ -1,0 +1,122 @@
+"""Barge's Whisper against openai-whisper on the real Whisper base weights (CTranslate2
+tensors converted to openai's layout): same log-Mel features, same greedy tokens with
+timestamps on every ALSA voice clip and on espeak-ng speech, same detected language."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import whisper
+from whisper.decoding import DecodingOptions
+
+from engine import Engine
+from engine.whisper.audio import load_audio
+from engine.whisper.config import N_SAMPLES_PER_CHUNK
+from engine.whisper.mel import log_mel, mel_filters
+from engine.whisper.request import DecodeOptions, DecodeRequest
+from tests.support.speech import ALSA_DIR, espeak
+from tests.support.whisper_models import base_path, openai_reference
+
+ALSA_CLIPS = sorted(ALSA_DIR.glob("*.wav"))
+ESPEAK_TEXTS = ["The quick brown fox jumps over the lazy dog.",
+                "A barge moves slowly down the wide river at night.",
+                "Please close the window before you leave the room."]
+
+
+@pytest.fixture(scope="module")
+def asr():
+    return Engine.from_pretrained(base_path(), mode="transcribe")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return openai_reference(base_path())
+
+
+@pytest.fixture(scope="module")
+def clips() -> dict[str, np.ndarray]:
+    assert len(ALSA_CLIPS) == 9, "apt-get install alsa-utils: /usr/share/sounds/alsa/*.wav"
+    audio = {path.name: _samples(path) for path in ALSA_CLIPS}
+    audio.update({text: espeak(text) for text in ESPEAK_TEXTS})
+    return audio
+
+
+@pytest.fixture(scope="module")
+def expected(reference, clips) -> dict:
+    """openai-whisper's greedy decode (language en, timestamps) and language probabilities
+    per clip; the encoder runs once, batched, and both calls take its output."""
+    mels = torch.stack([whisper.log_mel_spectrogram(torch.from_numpy(samples), padding=N_SAMPLES_PER_CHUNK)[:, :3000]
+                        for samples in clips.values()])
+    with torch.inference_mode():
+        features = reference.encoder(mels)
+        results = whisper.decode(reference, features, DecodingOptions(language="en", temperature=0.0, fp16=False))
+        _, language_probs = whisper.detect_language(reference, features)
+    return {name: (result, probs) for name, result, probs in zip(clips, results, language_probs)}
+
+
+@pytest.fixture(scope="module")
+def ours(asr, clips) -> dict[str, DecodeRequest]:
+    """Every clip through Barge's decoder in one continuous batch: the ALSA clips told
+    the language, the espeak-ng ones detecting it."""
+    decoder = asr.transcriber.decoder
+    requests = {}
+    for index, (name, samples) in enumerate(clips.items()):
+        language = None if name in ESPEAK_TEXTS else "en"
+        requests[name] = DecodeRequest(index, lambda samples=samples: samples, DecodeOptions(), language)
+        decoder.add(requests[name])
+    while decoder.has_work:
+        decoder.step()
+    return requests
+
+
+def _samples(path) -> np.ndarray:
+    audio = load_audio(path)
+    return audio.samples(0, audio.num_samples)
+
+
+def test_filterbank_matches_the_reference_file():
+    reference = np.load(f"{whisper.__path__[0]}/assets/mel_filters.npz")
+    for n_mels in (80, 128):
+        np.testing.assert_allclose(mel_filters(n_mels), reference[f"mel_{n_mels}"], atol=1e-7)
+
+
+def test_log_mel_matches_the_reference(clips):
+    names = ["Front_Center.wav", ESPEAK_TEXTS[0]]
+    batch = torch.zeros(len(names), N_SAMPLES_PER_CHUNK)
+    for row, name in enumerate(names):
+        batch[row, :len(clips[name])] = torch.from_numpy(clips[name])
+    ours = log_mel(batch, 80)
+    for row, name in enumerate(names):
+        theirs = whisper.log_mel_spectrogram(torch.from_numpy(clips[name]), padding=N_SAMPLES_PER_CHUNK)[:, :3000]
+        assert torch.allclose(ours[row], theirs, atol=1e-4), name
+
+
+def test_greedy_tokens_match_openai_whisper(asr, ours, expected):
+    decode = asr.transcriber.tokenizer.decode
+    for name, (result, _) in expected.items():
+        request = ours[name]
+        assert request.output == result.tokens, f"{name}: {decode(request.output)!r} vs {result.text!r}"
+        assert request.avg_logprob == pytest.approx(result.avg_logprob, abs=1e-3)
+        assert request.no_speech_prob == pytest.approx(result.no_speech_prob, abs=1e-3)
+    assert "left" in decode(ours["Front_Left.wav"].output).lower()
+    assert len(expected) == 12
+
+
+def test_detected_language_matches_openai_whisper(ours, expected):
+    for text in ESPEAK_TEXTS:
+        probs = expected[text][1]
+        assert ours[text].language == max(probs, key=probs.get) == "en"
+        assert ours[text].language_probs["en"] == pytest.approx(probs["en"], abs=1e-3)
+
+
+def test_transcribe_without_vad_gives_the_reference_text(asr, clips, expected):
+    """With VAD off a clip under 30 s is one chunk: Engine.transcribe must then say what
+    the reference's greedy decode said, with timestamps inside the clip."""
+    names = ["Front_Center.wav", "Rear_Right.wav", ESPEAK_TEXTS[1]]
+    results = asr.transcribe([clips[name] for name in names], language="en", vad=False)
+    for name, result in zip(names, results):
+        assert result.error is None and result.language == "en"
+        assert result.text == expected[name][0].text.strip(), name
+        assert result.segments and result.segments[0].start >= 0
+        assert result.segments[-1].end <= result.duration_s + 1e-6
