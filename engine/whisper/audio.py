@@ -145,6 +145,7 @@ def _decode(fileobj, name: str) -> Audio:
 def _frames(container):
     """Decoded frames of the first audio stream. A corrupt packet (a truncated MP3's last
     frame, say) is skipped, as faster-whisper does: what decodes is transcribed."""
+    import av
     stream = container.streams.audio[0]
     for packet in container.demux(stream):
         try:

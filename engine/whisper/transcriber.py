@@ -9,6 +9,10 @@ is decoded again at the next temperature (0.2, 0.4, ...) from the same encoder o
 when every temperature fails it is cut in two at its quietest point and each half
 starts over, once. A chunk the model thinks is silence (no-speech probability > 0.6
 with unlikely tokens) contributes nothing. These are openai-whisper's thresholds.
+
+Whisper sometimes ends a chunk early, leaving its last sentence untranscribed. Like
+openai-whisper's seek, the rest of such a chunk (when VAD hears speech there) is
+decoded again as a chunk of its own, starting where the last segment ended.
 """
 
 from __future__ import annotations
@@ -24,18 +28,20 @@ from engine.whisper.outputs import Segment, TranscriptionOutput
 from engine.whisper.params import TranscribeParams
 from engine.whisper.request import DecodeOptions, DecodeRequest
 from engine.whisper.segments import chunk_segments
-from engine.whisper.vad import chunk_spans, split_span
+from engine.whisper.vad import FileSpeech, analyse, chunk_spans, split_span
 
 COMPRESSION_RATIO_THRESHOLD = 2.4
 LOGPROB_THRESHOLD = -1.0
 NO_SPEECH_THRESHOLD = 0.6
 MAX_SPLIT_DEPTH = 1
 MIN_SPLIT_S = 4.0            # halves shorter than this are not worth a re-chunk
+MIN_UNHEARD_SPEECH_S = 0.5   # speech after a chunk's last segment that earns a continuation
 
 
 @dataclass(eq=False)
 class FileWork:
     audio: Audio
+    speech: FileSpeech
     language: str | None
     chunks: dict[int, tuple[str, list[Segment]]] = field(default_factory=dict)   # start sample -> (raw text, segments)
     num_tokens: int = 0
@@ -71,7 +77,7 @@ class Transcriber:
         jobs: dict[int, ChunkJob] = {}
         for work in works:
             if isinstance(work, FileWork):
-                for index, span in enumerate(chunk_spans(work.audio, params.vad)):
+                for span in chunk_spans(work.speech, params.vad):
                     request = self._submit(jobs, ChunkJob(work, span, 0, 0), params)
                     work.first_request = work.first_request or request
         while self.decoder.has_work:
@@ -81,7 +87,8 @@ class Transcriber:
 
     def _open(self, source, language: str | None) -> FileWork | TranscriptionOutput:
         try:
-            return FileWork(load_audio(source), language)
+            audio = load_audio(source)
+            return FileWork(audio, analyse(audio), language)
         except AudioError as exc:
             return TranscriptionOutput(text=None, error=str(exc))
 
@@ -112,7 +119,7 @@ class Transcriber:
             self._submit(jobs, retry, params, features=request.audio_features, first=True)
             return
         request.audio_features = None
-        halves = split_span(file.audio, job.span) if needs_fallback and self._can_split(job) else []
+        halves = split_span(file.speech, job.span) if needs_fallback and self._can_split(job) else []
         if halves:
             for span in halves:
                 self._submit(jobs, ChunkJob(file, span, 0, job.depth + 1), params, first=True)
@@ -123,6 +130,9 @@ class Transcriber:
             return
         segments = chunk_segments(request.output, self.tokenizer, start / SAMPLE_RATE, (end - start) / SAMPLE_RATE)
         file.chunks[start] = (raw_text, segments)
+        heard_until = round(segments[-1].end * SAMPLE_RATE) if segments else end
+        if start < heard_until < end and file.speech.speech_s(heard_until, end) >= MIN_UNHEARD_SPEECH_S:
+            self._submit(jobs, ChunkJob(file, (heard_until, end), 0, job.depth), params, first=True)
 
     def _can_split(self, job: ChunkJob) -> bool:
         return job.depth < MAX_SPLIT_DEPTH and (job.span[1] - job.span[0]) >= 2 * MIN_SPLIT_S * SAMPLE_RATE

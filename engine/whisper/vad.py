@@ -72,21 +72,42 @@ def speech_regions(energies: np.ndarray, options: VadOptions) -> list[tuple[int,
     return _bridge(padded, 0)
 
 
-def chunk_spans(audio: Audio, use_vad: bool = True, options: VadOptions = VadOptions()) -> list[tuple[int, int]]:
-    """[(start_sample, end_sample)] chunks of <= max_chunk_s, in time order."""
+@dataclass(frozen=True)
+class FileSpeech:
+    """What VAD found in one file; chunks are cut from it, and later questions about a
+    stretch of the file (is there speech left after the transcript stopped?) read it."""
+
+    energies: np.ndarray                   # [num_frames] dBFS
+    regions: list[tuple[int, int]]         # speech, in frames
+    num_samples: int
+
+    def speech_s(self, start_sample: int, end_sample: int) -> float:
+        """Seconds of speech between two sample positions."""
+        start, end = start_sample / FRAME_SAMPLES, end_sample / FRAME_SAMPLES
+        overlap = sum(max(0.0, min(e, end) - max(s, start)) for s, e in self.regions)
+        return overlap / FRAMES_PER_SECOND
+
+
+def analyse(audio: Audio, options: VadOptions = VadOptions()) -> FileSpeech:
     energies = frame_energies(audio)
-    regions = speech_regions(energies, options) if use_vad else [(0, len(energies))]
+    return FileSpeech(energies, speech_regions(energies, options), audio.num_samples)
+
+
+def chunk_spans(speech: FileSpeech, use_vad: bool = True, options: VadOptions = VadOptions()) -> list[tuple[int, int]]:
+    """[(start_sample, end_sample)] chunks of <= max_chunk_s, in time order."""
+    energies = speech.energies
+    regions = speech.regions if use_vad else [(0, len(energies))]
     max_frames = round(options.max_chunk_s * FRAMES_PER_SECOND)
     min_cut = round(options.min_cut_s * FRAMES_PER_SECOND)
     pieces = [piece for region in regions for piece in _cut(region, energies, max_frames, min_cut)]
-    spans = [(s * FRAME_SAMPLES, min(e * FRAME_SAMPLES, audio.num_samples)) for s, e in _merge(pieces, max_frames)]
+    spans = [(s * FRAME_SAMPLES, min(e * FRAME_SAMPLES, speech.num_samples)) for s, e in _merge(pieces, max_frames)]
     return [(s, e) for s, e in spans if e > s]
 
 
-def split_span(audio: Audio, span: tuple[int, int]) -> list[tuple[int, int]]:
+def split_span(speech: FileSpeech, span: tuple[int, int]) -> list[tuple[int, int]]:
     """Two halves of a chunk, cut at the quietest frame of its middle half (a re-chunk)."""
     start, end = span[0] // FRAME_SAMPLES, -(-span[1] // FRAME_SAMPLES)
-    energies = frame_energies(audio)[start:end]
+    energies = speech.energies[start:end]
     quarter = max(1, len(energies) // 4)
     cut = start + quarter + int(np.argmin(energies[quarter:len(energies) - quarter] if len(energies) > 2 * quarter
                                           else energies[:1]))

@@ -16,7 +16,7 @@ from engine.whisper.config import N_SAMPLES_PER_CHUNK
 from engine.whisper.mel import log_mel, mel_filters
 from engine.whisper.request import DecodeOptions, DecodeRequest
 from tests.support.speech import ALSA_DIR, espeak
-from tests.support.whisper_models import base_path, openai_reference
+from tests.support.whisper_models import base_path, one_thread, openai_reference
 
 ALSA_CLIPS = sorted(ALSA_DIR.glob("*.wav"))
 ESPEAK_TEXTS = ["The quick brown fox jumps over the lazy dog.",
@@ -26,7 +26,8 @@ ESPEAK_TEXTS = ["The quick brown fox jumps over the lazy dog.",
 
 @pytest.fixture(scope="module")
 def asr():
-    return Engine.from_pretrained(base_path(), mode="transcribe")
+    with one_thread():
+        yield Engine.from_pretrained(base_path(), mode="transcribe")
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -32,3 +33,16 @@ def openai_reference(path: str):
 
 def model_folder(path: str) -> Path:
     return Path(path)
+
+
+@contextmanager
+def one_thread():
+    """Decoding is hundreds of small ops per step; on a busy 2-core machine (CI, or
+    engineers sharing one) each multi-threaded op waits a scheduler slice for its second
+    thread, so these tests run torch on one thread, and put the setting back after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
