@@ -3,8 +3,10 @@
 No VAD model can be downloaded here (Silero, pyannote), so this one is energy-based:
 
 1. frame energy: RMS in dBFS over 20 ms frames;
-2. speech: frames louder than both the noise floor (10th percentile) + 12 dB and the
-   loud level (99th percentile) - 45 dB; pauses shorter than 0.3 s are bridged, bursts
+2. speech: frames louder than the noise floor (10th percentile) + 12 dB and than the
+   loud level (99th percentile) - 45 dB, where the floor counts as no higher than 32 dB
+   under the loud level (a file that is speech throughout has its floor in speech), and
+   never quieter than -55 dBFS (hiss in a file without speech is not speech); pauses shorter than 0.3 s are bridged, bursts
    shorter than 0.1 s dropped, and each region padded by 0.2 s;
 3. chunks: neighbouring regions are merged while the merged span stays within 30 s,
    so the encoder's fixed 30-s window is used well; a region that is longer on its own
@@ -39,6 +41,8 @@ class VadOptions:
     pad_s: float = 0.2
     floor_margin_db: float = 12.0
     loud_range_db: float = 45.0
+    min_floor_gap_db: float = 32.0
+    min_speech_db: float = -55.0
 
 
 def frame_energies(audio: Audio) -> np.ndarray:
@@ -63,7 +67,8 @@ def speech_regions(energies: np.ndarray, options: VadOptions) -> list[tuple[int,
     floor, loud = np.percentile(energies, 10), np.percentile(energies, 99)
     if loud <= SILENCE_DB:
         return []
-    threshold = max(floor + options.floor_margin_db, loud - options.loud_range_db)
+    floor = min(floor, loud - options.min_floor_gap_db)
+    threshold = max(floor + options.floor_margin_db, loud - options.loud_range_db, options.min_speech_db)
     is_speech = energies > threshold
     regions = _runs(is_speech)
     regions = _bridge(regions, round(options.min_silence_s * FRAMES_PER_SECOND))
