@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.whisper.tokenizer import TASKS
+from engine.whisper.tokenizer import LANGUAGE_CODES, TASKS
 
 FALLBACK_STEP = 0.2     # openai-whisper's temperature_increment_on_fallback
 
@@ -23,8 +23,9 @@ class TranscribeParams:
     def __post_init__(self) -> None:
         if isinstance(self.temperature, list):
             object.__setattr__(self, "temperature", tuple(self.temperature))
-        if self.language is not None and not isinstance(self.language, str):
-            raise ValueError(f"language must be a language code such as 'en' or None, got {self.language!r}")
+        if self.language is not None and self.language not in LANGUAGE_CODES:
+            raise ValueError(f"language must be a language code such as 'en' or 'de' (or None to detect it), "
+                             f"got {self.language!r}")
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         temperatures = self.temperature if isinstance(self.temperature, tuple) else (self.temperature,)

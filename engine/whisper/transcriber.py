@@ -36,6 +36,7 @@ NO_SPEECH_THRESHOLD = 0.6
 MAX_SPLIT_DEPTH = 1
 MIN_SPLIT_S = 4.0            # halves shorter than this are not worth a re-chunk
 MIN_UNHEARD_SPEECH_S = 0.5   # speech after a chunk's last segment that earns a continuation
+MAX_CONTINUATIONS = 2        # of one chunk: each costs an encoder pass
 
 
 @dataclass(eq=False)
@@ -62,6 +63,7 @@ class ChunkJob:
     span: tuple[int, int]      # samples of the file
     attempt: int               # index into the temperatures
     depth: int                 # re-chunks so far
+    hops: int = 0              # continuations past an early end so far
 
 
 class Transcriber:
@@ -106,8 +108,9 @@ class Transcriber:
         return request
 
     def _finish(self, jobs: dict, job: ChunkJob, request: DecodeRequest, params: TranscribeParams) -> None:
-        job.file.num_tokens += len(request.output) + 1
+        """check → retry hotter, or re-chunk, or accept (and continue past an early end)."""
         file = job.file
+        file.num_tokens += len(request.output) + 1
         if file.language is None and file.first_request is not None:
             file.language = file.first_request.language      # every later chunk decodes in it
         raw_text = self.tokenizer.decode(request.output)
@@ -115,24 +118,27 @@ class Transcriber:
         is_unlikely = request.avg_logprob < LOGPROB_THRESHOLD
         needs_fallback = not is_silent and (is_unlikely or compression_ratio(raw_text) > COMPRESSION_RATIO_THRESHOLD)
         if needs_fallback and job.attempt + 1 < len(params.temperatures):
-            retry = ChunkJob(file, job.span, job.attempt + 1, job.depth)
+            retry = ChunkJob(file, job.span, job.attempt + 1, job.depth, job.hops)
             self._submit(jobs, retry, params, features=request.audio_features, first=True)
             return
         request.audio_features = None
-        halves = split_span(file.speech, job.span) if needs_fallback and self._can_split(job) else []
-        if halves:
-            for span in halves:
-                self._submit(jobs, ChunkJob(file, span, 0, job.depth + 1), params, first=True)
+        if needs_fallback and self._can_split(job):
+            for span in split_span(file.speech, job.span):
+                self._submit(jobs, ChunkJob(file, span, 0, job.depth + 1, job.hops), params, first=True)
             return
-        start, end = job.span
         if is_silent and is_unlikely:
-            file.chunks[start] = ("", [])
+            file.chunks[job.span[0]] = ("", [])
             return
-        segments = chunk_segments(request.output, self.tokenizer, start / SAMPLE_RATE, (end - start) / SAMPLE_RATE)
+        self._accept(jobs, job, request.output, raw_text, params)
+
+    def _accept(self, jobs: dict, job: ChunkJob, tokens: list[int], raw_text: str, params: TranscribeParams) -> None:
+        file, (start, end) = job.file, job.span
+        segments = chunk_segments(tokens, self.tokenizer, start / SAMPLE_RATE, (end - start) / SAMPLE_RATE)
         file.chunks[start] = (raw_text, segments)
         heard_until = round(segments[-1].end * SAMPLE_RATE) if segments else end
-        if start < heard_until < end and file.speech.speech_s(heard_until, end) >= MIN_UNHEARD_SPEECH_S:
-            self._submit(jobs, ChunkJob(file, (heard_until, end), 0, job.depth), params, first=True)
+        if (job.hops < MAX_CONTINUATIONS and start < heard_until < end
+                and file.speech.speech_s(heard_until, end) >= MIN_UNHEARD_SPEECH_S):
+            self._submit(jobs, ChunkJob(file, (heard_until, end), 0, job.depth, job.hops + 1), params, first=True)
 
     def _can_split(self, job: ChunkJob) -> bool:
         return job.depth < MAX_SPLIT_DEPTH and (job.span[1] - job.span[0]) >= 2 * MIN_SPLIT_S * SAMPLE_RATE

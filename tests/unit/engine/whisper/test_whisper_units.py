@@ -99,6 +99,7 @@ def test_a_request_waits_for_its_files_language():
     ({"task": "summarize"}, "task must be one of"), ({"temperature": -0.1}, "temperature must be"),
     ({"temperature": [0.0, "hot"]}, "temperature must be"), ({"beam_size": 5}, "beam_size must be 1"),
     ({"vad": "yes"}, "vad must be a boolean"), ({"language": 3}, "language must be"),
+    ({"language": "klingon"}, "language must be a language code"),
 ])
 def test_bad_parameters_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
