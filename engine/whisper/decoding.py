@@ -30,7 +30,8 @@ class ChunkDecoder:
         self.device, self.dtype = parameter.device, parameter.dtype
         self.cache = DecoderCache(model.config, max_slots, self.dtype, self.device)
         self.scheduler = Scheduler(self.cache, max_admit)
-        self.num_steps = 0
+        self.num_steps = 0         # decoder steps run, for stats and benchmarks
+        self.num_encoded = 0       # chunks through the encoder (fallback re-runs reuse theirs)
 
     def add(self, request: DecodeRequest, first: bool = False) -> None:
         self.scheduler.add(request, first)
@@ -58,6 +59,7 @@ class ChunkDecoder:
 
     def encode(self, audio: list[np.ndarray]) -> torch.Tensor:
         """Chunks of <= 30 s -> encoder output [k, n_audio_ctx, n_audio_state] (zero-padded to 30 s)."""
+        self.num_encoded += len(audio)
         batch = torch.zeros(len(audio), N_SAMPLES_PER_CHUNK)
         for row, samples in enumerate(audio):
             batch[row, :len(samples)] = torch.from_numpy(samples[:N_SAMPLES_PER_CHUNK])
