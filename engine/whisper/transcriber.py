@@ -21,6 +21,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from engine.whisper.audio import Audio, AudioError, load_audio
+from engine.whisper.chunk import Chunk
 from engine.whisper.config import SAMPLE_RATE
 from engine.whisper.decoding import ChunkDecoder
 from engine.whisper.logit_rules import compression_ratio
@@ -28,7 +29,7 @@ from engine.whisper.outputs import Segment, TranscriptionOutput
 from engine.whisper.params import TranscribeParams
 from engine.whisper.request import DecodeOptions, DecodeRequest
 from engine.whisper.segments import chunk_segments
-from engine.whisper.vad import FileSpeech, analyse, chunk_spans, split_span
+from engine.whisper.vad import FileSpeech, analyse, make_chunks, split_chunk
 
 COMPRESSION_RATIO_THRESHOLD = 2.4
 LOGPROB_THRESHOLD = -1.0
@@ -60,7 +61,7 @@ class FileWork:
 @dataclass(frozen=True)
 class ChunkJob:
     file: FileWork
-    span: tuple[int, int]      # samples of the file
+    chunk: Chunk               # what of the file this window holds
     attempt: int               # index into the temperatures
     depth: int                 # re-chunks so far
     hops: int = 0              # continuations past an early end so far
@@ -79,8 +80,8 @@ class Transcriber:
         jobs: dict[int, ChunkJob] = {}
         for work in works:
             if isinstance(work, FileWork):
-                for span in chunk_spans(work.speech, params.vad):
-                    request = self._submit(jobs, ChunkJob(work, span, 0, 0), params)
+                for chunk in make_chunks(work.speech, params.vad):
+                    request = self._submit(jobs, ChunkJob(work, chunk, 0, 0), params)
                     work.first_request = work.first_request or request
         while self.decoder.has_work:
             for request in self.decoder.step():
@@ -96,11 +97,11 @@ class Transcriber:
 
     def _submit(self, jobs: dict, job: ChunkJob, params: TranscribeParams, features=None,
                 first: bool = False) -> DecodeRequest:
-        file, (start, end) = job.file, job.span
+        file, chunk = job.file, job.chunk
         options = DecodeOptions(task=params.task, temperature=params.temperatures[job.attempt],
-                                with_timestamps=params.with_timestamps, seed=start * 8 + job.attempt)
+                                with_timestamps=params.with_timestamps, seed=chunk.start * 8 + job.attempt)
         is_first = file.first_request is None
-        request = DecodeRequest(next(self._ids), lambda: file.audio.samples(start, end), options,
+        request = DecodeRequest(next(self._ids), lambda: chunk.samples(file.audio), options,
                                 language=file.language, audio_features=features,
                                 language_from=None if is_first else file.first_request)
         jobs[request.request_id] = job
@@ -118,27 +119,30 @@ class Transcriber:
         is_unlikely = request.avg_logprob < LOGPROB_THRESHOLD
         needs_fallback = not is_silent and (is_unlikely or compression_ratio(raw_text) > COMPRESSION_RATIO_THRESHOLD)
         if needs_fallback and job.attempt + 1 < len(params.temperatures):
-            retry = ChunkJob(file, job.span, job.attempt + 1, job.depth, job.hops)
+            retry = ChunkJob(file, job.chunk, job.attempt + 1, job.depth, job.hops)
             self._submit(jobs, retry, params, features=request.audio_features, first=True)
             return
         request.audio_features = None
         if needs_fallback and self._can_split(job):
-            for span in split_span(file.speech, job.span):
-                self._submit(jobs, ChunkJob(file, span, 0, job.depth + 1, job.hops), params, first=True)
+            for half in split_chunk(file.speech, job.chunk):
+                self._submit(jobs, ChunkJob(file, half, 0, job.depth + 1, job.hops), params, first=True)
             return
         if is_silent and is_unlikely:
-            file.chunks[job.span[0]] = ("", [])
+            file.chunks[job.chunk.start] = ("", [])
             return
         self._accept(jobs, job, request.output, raw_text, params)
 
     def _accept(self, jobs: dict, job: ChunkJob, tokens: list[int], raw_text: str, params: TranscribeParams) -> None:
-        file, (start, end) = job.file, job.span
-        segments = chunk_segments(tokens, self.tokenizer, start / SAMPLE_RATE, (end - start) / SAMPLE_RATE)
-        file.chunks[start] = (raw_text, segments)
-        heard_until = round(segments[-1].end * SAMPLE_RATE) if segments else end
-        if (job.hops < MAX_CONTINUATIONS and start < heard_until < end
-                and file.speech.speech_s(heard_until, end) >= MIN_UNHEARD_SPEECH_S):
-            self._submit(jobs, ChunkJob(file, (heard_until, end), 0, job.depth, job.hops + 1), params, first=True)
+        file, chunk = job.file, job.chunk
+        in_chunk = chunk_segments(tokens, self.tokenizer, 0.0, chunk.num_samples / SAMPLE_RATE)
+        file.chunks[chunk.start] = (raw_text, [Segment(round(chunk.to_file_s(s.start), 3),
+                                                       round(chunk.to_file_s(s.end, is_end=True), 3), s.text)
+                                               for s in in_chunk])
+        heard_until = round(in_chunk[-1].end * SAMPLE_RATE) if in_chunk else chunk.num_samples
+        rest = chunk.sub(heard_until, chunk.num_samples)
+        if (job.hops < MAX_CONTINUATIONS and 0 < heard_until < chunk.num_samples
+                and sum(file.speech.speech_s(s, e) for s, e in rest.pieces) >= MIN_UNHEARD_SPEECH_S):
+            self._submit(jobs, ChunkJob(file, rest, 0, job.depth, job.hops + 1), params, first=True)
 
     def _can_split(self, job: ChunkJob) -> bool:
-        return job.depth < MAX_SPLIT_DEPTH and (job.span[1] - job.span[0]) >= 2 * MIN_SPLIT_S * SAMPLE_RATE
+        return job.depth < MAX_SPLIT_DEPTH and job.chunk.num_samples >= 2 * MIN_SPLIT_S * SAMPLE_RATE

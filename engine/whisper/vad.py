@@ -8,8 +8,9 @@ No VAD model can be downloaded here (Silero, pyannote), so this one is energy-ba
    under the loud level (a file that is speech throughout has its floor in speech), and
    never quieter than -55 dBFS (hiss in a file without speech is not speech); pauses shorter than 0.3 s are bridged, bursts
    shorter than 0.1 s dropped, and each region padded by 0.2 s;
-3. chunks: neighbouring regions are merged while the merged span stays within 30 s,
-   so the encoder's fixed 30-s window is used well; a region that is longer on its own
+3. chunks: neighbouring regions are packed while the chunk stays within 30 s, pauses
+   longer than 1 s cut down to 1 s (engine.whisper.chunk), so the encoder's fixed 30-s
+   window carries speech, not silence; a region that is longer on its own
    is cut at its quietest frame in the last third of the window, which is a pause
    between words whenever there is one (never a fixed 30-s cut through a word).
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.whisper.audio import BLOCK_SAMPLES, Audio
+from engine.whisper.chunk import Chunk
 from engine.whisper.config import SAMPLE_RATE
 
 FRAME_SAMPLES = 320                 # 20 ms; divides BLOCK_SAMPLES, so blocks hold whole frames
@@ -36,6 +38,7 @@ SILENCE_DB = -100.0                 # a frame of digital silence
 class VadOptions:
     max_chunk_s: float = 30.0
     min_cut_s: float = 20.0           # a long region is cut between min_cut_s and max_chunk_s
+    max_pause_s: float = 1.0          # longer pauses inside a chunk are cut down to this
     min_silence_s: float = 0.3
     min_speech_s: float = 0.1
     pad_s: float = 0.2
@@ -98,25 +101,30 @@ def analyse(audio: Audio, options: VadOptions = VadOptions()) -> FileSpeech:
     return FileSpeech(energies, speech_regions(energies, options), audio.num_samples)
 
 
-def chunk_spans(speech: FileSpeech, use_vad: bool = True, options: VadOptions = VadOptions()) -> list[tuple[int, int]]:
-    """[(start_sample, end_sample)] chunks of <= max_chunk_s, in time order."""
+def make_chunks(speech: FileSpeech, use_vad: bool = True, options: VadOptions = VadOptions()) -> list[Chunk]:
+    """Chunks of <= max_chunk_s, in time order."""
     energies = speech.energies
     regions = speech.regions if use_vad else [(0, len(energies))]
     max_frames = round(options.max_chunk_s * FRAMES_PER_SECOND)
     min_cut = round(options.min_cut_s * FRAMES_PER_SECOND)
     pieces = [piece for region in regions for piece in _cut(region, energies, max_frames, min_cut)]
-    spans = [(s * FRAME_SAMPLES, min(e * FRAME_SAMPLES, speech.num_samples)) for s, e in _merge(pieces, max_frames)]
-    return [(s, e) for s, e in spans if e > s]
+    chunks = []
+    for frames in _pack(pieces, max_frames, round(options.max_pause_s * FRAMES_PER_SECOND)):
+        samples = tuple((s * FRAME_SAMPLES, min(e * FRAME_SAMPLES, speech.num_samples)) for s, e in frames)
+        samples = tuple((s, e) for s, e in samples if e > s)
+        if samples:
+            chunks.append(Chunk(samples))
+    return chunks
 
 
-def split_span(speech: FileSpeech, span: tuple[int, int]) -> list[tuple[int, int]]:
+def split_chunk(speech: FileSpeech, chunk: Chunk) -> list[Chunk]:
     """Two halves of a chunk, cut at the quietest frame of its middle half (a re-chunk)."""
-    start, end = span[0] // FRAME_SAMPLES, -(-span[1] // FRAME_SAMPLES)
-    energies = speech.energies[start:end]
+    energies = np.concatenate([speech.energies[s // FRAME_SAMPLES:-(-e // FRAME_SAMPLES)] for s, e in chunk.pieces])
     quarter = max(1, len(energies) // 4)
-    cut = start + quarter + int(np.argmin(energies[quarter:len(energies) - quarter] if len(energies) > 2 * quarter
-                                          else energies[:1]))
-    return [(span[0], cut * FRAME_SAMPLES), (cut * FRAME_SAMPLES, span[1])]
+    middle = energies[quarter:len(energies) - quarter]
+    cut = (quarter + int(np.argmin(middle)) if len(middle) else len(energies) // 2) * FRAME_SAMPLES
+    cut = min(max(cut, 1), chunk.num_samples - 1)
+    return [chunk.sub(0, cut), chunk.sub(cut, chunk.num_samples)]
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -147,11 +155,22 @@ def _cut(region: tuple[int, int], energies: np.ndarray, max_frames: int, min_cut
     return pieces
 
 
-def _merge(pieces: list[tuple[int, int]], max_frames: int) -> list[tuple[int, int]]:
-    chunks: list[tuple[int, int]] = []
-    for start, end in pieces:
-        if chunks and end - chunks[-1][0] <= max_frames:
-            chunks[-1] = (chunks[-1][0], end)
-        else:
-            chunks.append((start, end))
+def _pack(regions: list[tuple[int, int]], max_frames: int, max_pause: int) -> list[list[tuple[int, int]]]:
+    """Regions (frames) -> chunks as lists of pieces, each chunk's pieces plus kept pauses
+    within max_frames; a pause over max_pause keeps max_pause, split around the join."""
+    chunks: list[list[tuple[int, int]]] = []
+    for start, end in regions:
+        if chunks:
+            pieces = chunks[-1]
+            gap = start - pieces[-1][1]
+            length = sum(e - s for s, e in pieces) + min(gap, max_pause) + end - start
+            if length <= max_frames:
+                if gap <= max_pause:
+                    pieces[-1] = (pieces[-1][0], end)
+                else:
+                    kept_after = max_pause // 2
+                    pieces[-1] = (pieces[-1][0], pieces[-1][1] + kept_after)
+                    pieces.append((start - (max_pause - kept_after), end))
+                continue
+        chunks.append([(start, end)])
     return chunks
