@@ -94,8 +94,11 @@ def best_st_batch_size(reference, sentences: list[str], batch_sizes: list[int]) 
     return max(rates, key=rates.get)
 
 
-def run_job(sentences: list[str], workdir: Path) -> float:
-    """Seconds from submit to SUCCEEDED for one embed job over `sentences`, worker already up."""
+def run_job(sentences: list[str], workdir: Path, *, env: dict[str, str] | None = None,
+            shard_rows: int | None = None) -> float:
+    """Seconds from submit to SUCCEEDED for one embed job over `sentences`, worker already
+    up; `env` adds BARGE_* settings, `shard_rows` sets row groups and shards (default 512
+    row groups, the JobSpec's default shards)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -105,14 +108,15 @@ def run_job(sentences: list[str], workdir: Path) -> float:
     corpus = workdir / "corpus"
     corpus.mkdir(parents=True)
     pq.write_table(pa.table({"doc_id": pa.array(range(len(sentences)), pa.int64()), "text": sentences}),
-                   corpus / "part-0.parquet", row_group_size=512)
-    with stack("embedded", workdir / "barge") as deployment:
+                   corpus / "part-0.parquet", row_group_size=shard_rows or 512)
+    shards = {"max_rows_per_shard": shard_rows} if shard_rows else {}
+    with stack("embedded", workdir / "barge", env) as deployment:
         deployment.start_worker()
         client = deployment.client()
         start = time.perf_counter()
         job = client.submit(JobSpec(mode="embed", model="minilm", input=str(corpus), id_column="doc_id",
-                                    output=str(workdir / "out")))
-        state = job.wait(timeout=3600, poll_s=0.2)
+                                    output=str(workdir / "out"), **shards))
+        state = job.wait(timeout=3600, poll_s=0.1)
         seconds = time.perf_counter() - start
         if state.status != JobStatus.SUCCEEDED:
             raise RuntimeError(f"job ended {state.status}:\n{deployment.worker_logs()}")

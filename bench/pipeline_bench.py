@@ -16,38 +16,11 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.embed_bench import build_corpus  # noqa: E402
-
-
-def run_job(sentences: list[str], workdir: Path, depth: int, shard_rows: int) -> float:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from jobs import JobSpec, JobStatus
-    from tests.support.stack import stack
-
-    corpus = workdir / "corpus"
-    corpus.mkdir(parents=True)
-    pq.write_table(pa.table({"doc_id": pa.array(range(len(sentences)), pa.int64()), "text": sentences}),
-                   corpus / "part-0.parquet", row_group_size=shard_rows)
-    env = {"BARGE_PIPELINE_DEPTH": str(depth), "BARGE_JOB_WINDOW": "4"}
-    with stack("embedded", workdir / "barge", env) as deployment:
-        deployment.start_worker()
-        client = deployment.client()
-        start = time.perf_counter()
-        job = client.submit(JobSpec(mode="embed", model="minilm", input=str(corpus), id_column="doc_id",
-                                    output=str(workdir / "out"), max_rows_per_shard=shard_rows))
-        state = job.wait(timeout=3600, poll_s=0.1)
-        seconds = time.perf_counter() - start
-        if state.status != JobStatus.SUCCEEDED:
-            raise RuntimeError(f"job ended {state.status}:\n{deployment.worker_logs()}")
-        assert job.results().num_rows == len(sentences)
-    return seconds
+from bench.embed_bench import build_corpus, run_job  # noqa: E402
 
 
 def main() -> None:
@@ -61,7 +34,8 @@ def main() -> None:
     for repeat in range(args.repeats):
         for depth in (0, 1):
             with tempfile.TemporaryDirectory(prefix="barge-bench-") as workdir:
-                seconds[depth].append(run_job(sentences, Path(workdir), depth, args.shard_rows))
+                env = {"BARGE_PIPELINE_DEPTH": str(depth)}
+                seconds[depth].append(run_job(sentences, Path(workdir), env=env, shard_rows=args.shard_rows))
         print(f"  repeat {repeat + 1}: depth 0 {seconds[0][-1]:.2f} s, depth 1 {seconds[1][-1]:.2f} s")
     rates = {depth: len(sentences) / statistics.median(s) for depth, s in seconds.items()}
     print(f"{len(sentences)} rows in shards of {args.shard_rows}: without pipeline {rates[0]:.1f} rows/s, "
