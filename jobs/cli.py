@@ -23,6 +23,7 @@ from jobs.quant_commands import add_quant_commands
 from jobs.schedule_cli import add_schedule_commands
 from jobs.schedules import ScheduleError
 from jobs.webhook_admin import add_webhook_commands
+from storage.errors import StorageError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     except ScheduleError as exc:
         print(f"barge: schedule refused: {exc}", file=sys.stderr)
         return 2
-    except (KeyError, JobFailed, TimeoutError, ValueError) as exc:
+    except (KeyError, JobFailed, TimeoutError, ValueError, StorageError) as exc:
         print(f"barge: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 1
 
@@ -79,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
         if name == "results":
             command.add_argument("--limit", type=int, default=10, help="rows to print")
             command.add_argument("--save", help="write the whole result to this Parquet file")
+            command.add_argument("--partial", action="store_true",
+                                 help="an expired, cancelled or failed job: the rows it finished")
 
     report = commands.add_parser("report", help="a job's engine, throughput, worker time and cost")
     report.add_argument("job_id")
@@ -160,7 +163,7 @@ def _retry(args) -> int:
 
 
 def _results(args) -> int:
-    table = Client().job(args.job_id).results()
+    table = Client().job(args.job_id).results(partial=args.partial)
     if args.save:
         import pyarrow.parquet as pq
         pq.write_table(table, args.save)

@@ -29,6 +29,9 @@ from jobs.validate import check_job, encoded_schema
 from storage.manifest import read_errors, read_results
 from webhooks.signing import generate_secret
 
+# Final states whose manifest lists the shards they committed (queueing.finalize).
+PARTIAL_RESULT_STATES = (JobStatus.EXPIRED, JobStatus.CANCELLED, JobStatus.FAILED)
+
 
 class JobFailed(RuntimeError):
     """Raised by `Job.results()` for a job that did not succeed."""
@@ -131,14 +134,15 @@ class Job:
         dropped; a worker running one finds its claim gone and commits nothing."""
         store = self.client.store
         event = final_event(store, self.id, JobStatus.CANCELLED, None)
-        return store.finish_job(self.id, JobStatus.CANCELLED, event=event)
+        if not store.finish_job(self.id, JobStatus.CANCELLED, event=event):
+            return False
+        self.client._send("barge.write_partial_output", [self.id])   # list what it finished
+        return True
 
-    def errors(self) -> list[dict]:
-        """The failed rows of a succeeded job, {"id": ..., "error": ...} each (errors.jsonl)."""
-        state = self.status()
-        if state.status != JobStatus.SUCCEEDED:
-            raise JobFailed(f"job {self.id} is {state.status}" + (f": {state.error}" if state.error else ""))
-        return read_errors(state.output)
+    def errors(self, partial: bool = False) -> list[dict]:
+        """The failed rows of a succeeded job, {"id": ..., "error": ...} each (errors.jsonl);
+        partial=True: those of the shards an expired, cancelled or failed job committed."""
+        return read_errors(self._readable_output(partial), partial=partial)
 
     def rotate_webhook_secret(self, overlap_s: float = 86_400.0) -> str:
         """Give the job a new webhook secret and return it (shown once). For `overlap_s`
@@ -148,11 +152,17 @@ class Job:
         self.webhook_secret = secret
         return secret
 
-    def results(self) -> pa.Table:
+    def results(self, partial: bool = False) -> pa.Table:
+        """A succeeded job's whole result. partial=True: also the rows an expired,
+        cancelled or failed job finished (the shards it committed), as its manifest lists."""
+        return read_results(self._readable_output(partial), partial=partial)
+
+    def _readable_output(self, partial: bool) -> str:
         state = self.status()
-        if state.status != JobStatus.SUCCEEDED:
-            raise JobFailed(f"job {self.id} is {state.status}" + (f": {state.error}" if state.error else ""))
-        return read_results(state.output)
+        if state.status == JobStatus.SUCCEEDED or (partial and state.status in PARTIAL_RESULT_STATES):
+            return state.output
+        hint = " (results(partial=True) reads the rows it finished)" if state.status in PARTIAL_RESULT_STATES else ""
+        raise JobFailed(f"job {self.id} is {state.status}" + (f": {state.error}" if state.error else "") + hint)
 
 
 def progress_postfix(state: JobProgress) -> str:

@@ -4,7 +4,8 @@ A job's final event is written in the same transaction as its final state. The t
 that finishes the job tries the first delivery at once; every worker also runs a
 `Dispatcher` thread that delivers whatever is due, so a failed attempt, a crashed
 worker or a broker outage delays an event but never loses it. The dispatcher also
-expires jobs past their deadline, which writes their `job.expired` event.
+expires jobs past their deadline, which writes their `job.expired` event, and sends
+the task that lists what each finished in a partial manifest (queueing.finalize).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from jobs.events import final_event
 from jobs.status import InvalidTransition, JobStatus
 from jobs.store import Store
 from queueing.metrics import WorkerMetrics
+from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
 from webhooks.deliver import DeliveryResult, send
 from webhooks.events import WebhookEvent
@@ -110,7 +112,8 @@ class Dispatcher(threading.Thread):
         while not self.stopped.wait(self.interval_s):
             try:
                 store = self.runtime.store
-                expire_jobs(store)
+                for job_id in expire_jobs(store):   # list what they finished (queueing.finalize)
+                    self.runtime.send("barge.write_partial_output", [job_id], CONTROL_QUEUE)
                 policy, allow_hosts = RetryPolicy.from_env(), allow_hosts_from_env()
                 for event_id in store.outbox.due():
                     deliver_event(store, event_id, policy, allow_hosts=allow_hosts, metrics=self.runtime.metrics)

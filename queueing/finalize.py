@@ -1,5 +1,9 @@
 """finalize_job: once every shard is finished, commit the output (manifest, then
-_SUCCESS) and record the final state together with its webhook event."""
+_SUCCESS) and record the final state together with its webhook event.
+
+A job that ends unfinished (expired, cancelled, failed) gets `write_partial_output`:
+a manifest of the shards it did commit, marked with its status, and no _SUCCESS
+(storage.manifest)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from queueing.runtime import Runtime
 from storage.errors import StorageError
 from queueing.results import ROW_INDEX_COLUMN
 from storage.errors_file import write_errors_file
-from storage.manifest import Manifest, commit_output
+from storage.manifest import Manifest, commit_output, write_partial_manifest
 from storage.write import PartInfo
 
 log = logging.getLogger("barge.worker")
@@ -42,22 +46,47 @@ def finalize_job(runtime: Runtime, job_id: str) -> JobStatus | None:
     failed = [s for s in shards if s.status == ShardStatus.FAILED]
     if failed:
         first = failed[0]
-        return finish(runtime, job_id, JobStatus.FAILED,
-                      error=f"{len(failed)} of {len(shards)} shards failed; shard {first.shard_index}: {first.error}")
-    parts = tuple(PartInfo(**s.part) for s in shards)
-    progress = store.progress(job_id)
+        status = finish(runtime, job_id, JobStatus.FAILED,
+                        error=f"{len(failed)} of {len(shards)} shards failed; shard {first.shard_index}: {first.error}")
+        if status is not None:
+            write_partial_output(runtime, job_id)
+        return status
     try:
-        errors_file = None
-        if job.spec.errors_file and progress.rows_failed:
-            errors_file = write_errors_file(job.spec.output, parts, id_column=job.spec.id_column or ROW_INDEX_COLUMN)
-        manifest = Manifest(
-            job_id=job_id, mode=job.spec.mode, model=job.spec.model, spec=job.spec.to_dict(), parts=parts,
-            schema=job.output_schema, created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            stats=manifest_stats(runtime, job_id), errors_file=errors_file)
-        commit_output(job.spec.output, manifest)
+        commit_output(job.spec.output, build_manifest(runtime, job, shards, "succeeded"))
     except StorageError as exc:
         return finish(runtime, job_id, JobStatus.FAILED, error=f"committing the output failed: {exc}")
     return finish(runtime, job_id, JobStatus.SUCCEEDED)
+
+
+def write_partial_output(runtime: Runtime, job_id: str) -> bool:
+    """After a job ended expired, cancelled or failed: list the parts of its committed
+    shards in a manifest marked with that status (no _SUCCESS). Its shards are final by
+    then (ending the job took every claim back), so the list cannot grow behind it.
+    False, logged, if the output could not be written: the job's state stands."""
+    job = runtime.store.get_job(job_id)
+    status = JobStatus(job.status)
+    if status not in (JobStatus.EXPIRED, JobStatus.CANCELLED, JobStatus.FAILED):
+        raise ValueError(f"job {job_id} is {status}: only an unfinished job gets a partial manifest")
+    shards = [s for s in runtime.store.list_shards(job_id) if s.status == ShardStatus.COMMITTED]
+    try:
+        write_partial_manifest(job.spec.output, build_manifest(runtime, job, shards, str(status)))
+    except StorageError:
+        log.exception("job %s: writing the partial manifest failed", job_id)
+        return False
+    log.info("job %s: %s with %d committed shards listed in its manifest", job_id, status, len(shards))
+    return True
+
+
+def build_manifest(runtime: Runtime, job, shards: list, status: str) -> Manifest:
+    """The manifest of `shards` (committed, in order), writing the errors file first if
+    the job asked for one and any of their rows failed."""
+    parts = tuple(PartInfo(**s.part) for s in shards)
+    errors_file = None
+    if job.spec.errors_file and any(s.rows_failed for s in shards):
+        errors_file = write_errors_file(job.spec.output, parts, id_column=job.spec.id_column or ROW_INDEX_COLUMN)
+    return Manifest(job_id=job.id, mode=job.spec.mode, model=job.spec.model, spec=job.spec.to_dict(), parts=parts,
+                    schema=job.output_schema, created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    stats=manifest_stats(runtime, job.id), errors_file=errors_file, status=status)
 
 
 def manifest_stats(runtime: Runtime, job_id: str) -> dict:

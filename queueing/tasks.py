@@ -66,3 +66,10 @@ def finalize_job(self, job_id: str) -> None:
     runtime = runtime_of(self.app)
     with log_context(job_id=job_id), finalize.failing_job_on_error(runtime, job_id, "finalizing"):
         finalize.finalize_job(runtime, job_id)
+
+
+@shared_task(name="barge.write_partial_output", bind=True)
+def write_partial_output(self, job_id: str) -> None:
+    """An expired, cancelled or failed job: the manifest of the shards it committed."""
+    with log_context(job_id=job_id):
+        finalize.write_partial_output(runtime_of(self.app), job_id)

@@ -5,6 +5,12 @@
     OUTPUT/_manifest.json             the parts that make up the result, in order
     OUTPUT/_SUCCESS                   written last: the output is committed
 
+A job that ends without finishing (expired, cancelled, failed) still gets a manifest,
+marked with its status and listing the parts of the shards it did commit, but no
+_SUCCESS: `read_results(output, partial=True)` reads what it finished, the way the
+OpenAI Batch API returns the completed requests of an expired batch. Retrying the job
+and finishing it replaces that manifest with a complete one and writes _SUCCESS.
+
 NOTE: the manifest, not a listing, defines the result. A directory may hold
 parts of attempts that never committed, or parts of shards the job later gave
 up on; readers take exactly the parts the manifest lists, and only once
@@ -30,6 +36,8 @@ from storage.write import PartInfo, write_bytes_atomic
 MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
 FORMAT_VERSION = 1
+COMPLETE = "succeeded"
+PARTIAL_STATUSES = ("expired", "cancelled", "failed")
 
 
 @dataclass(frozen=True)
@@ -45,12 +53,19 @@ class Manifest:
     stats: dict  # e.g. {"total": ..., "succeeded": ..., "failed": ...}, JSON-serialisable
     created_at: str  # ISO 8601, UTC
     errors_file: ErrorsFileInfo | None = None  # from write_errors_file; None: the job wrote none
+    status: str = COMPLETE  # or a PARTIAL_STATUSES entry: the job ended with only these parts
 
     def __post_init__(self) -> None:
+        if self.status != COMPLETE and self.status not in PARTIAL_STATUSES:
+            raise ValueError(f"manifest status must be {COMPLETE!r} or one of {PARTIAL_STATUSES}, got {self.status!r}")
         names = [part.name for part in self.parts]
         if len(set(names)) != len(names):
             raise ValueError(f"manifest lists a part twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
         decode_schema(self.schema)
+
+    @property
+    def is_complete(self) -> bool:
+        return self.status == COMPLETE
 
     @property
     def num_rows(self) -> int:
@@ -73,7 +88,7 @@ class Manifest:
         errors_file = ErrorsFileInfo(**body["errors_file"]) if body.get("errors_file") else None
         return cls(job_id=body["job_id"], mode=body["mode"], model=body["model"], spec=body["spec"],
                    parts=parts, schema=body["schema"], stats=body["stats"], created_at=body["created_at"],
-                   errors_file=errors_file)
+                   errors_file=errors_file, status=body.get("status", COMPLETE))
 
 
 def encode_schema(schema: pa.Schema) -> str:
@@ -95,6 +110,15 @@ def commit_output(output: str, manifest: Manifest, storage_options: dict | None 
     write_bytes_atomic(output, SUCCESS_NAME, b"", storage_options)
 
 
+def write_partial_manifest(output: str, manifest: Manifest, storage_options: dict | None = None) -> None:
+    """The manifest of a job that ended unfinished: its parts are checked as for a commit,
+    but no _SUCCESS is written, so readers that want the whole result still refuse it."""
+    if manifest.is_complete:
+        raise ValueError("write_partial_manifest takes a manifest with a partial status; commit_output a complete one")
+    _check_parts_present(output, manifest, storage_options)
+    write_bytes_atomic(output, MANIFEST_NAME, manifest.to_json().encode("utf-8"), storage_options)
+
+
 def is_committed(output: str, storage_options: dict | None = None) -> bool:
     """True once _SUCCESS exists."""
     fs, path = resolve(output, storage_options)
@@ -114,11 +138,12 @@ def read_manifest(output: str, storage_options: dict | None = None) -> Manifest:
         raise OutputError(f"{redact(output)}: {MANIFEST_NAME} is not a valid manifest ({error})") from error
 
 
-def read_results(output: str, storage_options: dict | None = None) -> pa.Table:
-    """The whole committed result: exactly the manifest's parts, in its order, checksums verified."""
-    if not is_committed(output, storage_options):
-        raise OutputError(f"{redact(output)}: has no {SUCCESS_NAME}; the output is not committed")
-    manifest = read_manifest(output, storage_options)
+def read_results(output: str, storage_options: dict | None = None, *, partial: bool = False) -> pa.Table:
+    """The whole committed result: exactly the manifest's parts, in its order, checksums verified.
+
+    partial=True also reads the manifest of a job that ended unfinished (expired,
+    cancelled, failed): the rows of the shards it committed."""
+    manifest = _readable_manifest(output, storage_options, partial)
     fs, path = resolve(output, storage_options)
     tables = [_read_part(fs, path, output, part) for part in manifest.parts]
     if not tables:
@@ -129,14 +154,23 @@ def read_results(output: str, storage_options: dict | None = None) -> pa.Table:
         raise OutputError(f"{redact(output)}: parts disagree on their schema ({error})") from error
 
 
-def read_errors(output: str, storage_options: dict | None = None) -> list[dict]:
+def read_errors(output: str, storage_options: dict | None = None, *, partial: bool = False) -> list[dict]:
     """The committed output's failed rows, {"id": ..., "error": ...} each, from its errors file."""
-    if not is_committed(output, storage_options):
-        raise OutputError(f"{redact(output)}: has no {SUCCESS_NAME}; the output is not committed")
-    manifest = read_manifest(output, storage_options)
+    manifest = _readable_manifest(output, storage_options, partial)
     if manifest.errors_file is None:
         raise OutputError(f"{redact(output)}: the job wrote no errors file")
     return read_errors_file(output, manifest.errors_file, storage_options)
+
+
+def _readable_manifest(output: str, storage_options: dict | None, partial: bool) -> Manifest:
+    if is_committed(output, storage_options):
+        return read_manifest(output, storage_options)
+    if not partial:
+        raise OutputError(f"{redact(output)}: has no {SUCCESS_NAME}; the output is not committed")
+    manifest = read_manifest(output, storage_options)
+    if manifest.is_complete:   # a commit interrupted between its manifest and _SUCCESS
+        raise OutputError(f"{redact(output)}: has no {SUCCESS_NAME}; the output is not committed")
+    return manifest
 
 
 def _read_part(fs, path: str, output: str, part: PartInfo) -> pa.Table:

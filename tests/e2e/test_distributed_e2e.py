@@ -13,7 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import JobSpec, JobStatus, ShardStatus
+from sqlalchemy import update
+
+from jobs import JobSpec, JobStatus, ShardStatus, tables
+from jobs.client import JobFailed
 from tests.support.stack import stack
 
 # A worker killed between taking a shard's message and claiming the shard loses the
@@ -149,6 +152,46 @@ def test_cancel_stops_a_running_shard_within_seconds(tmp_path):
         assert shard.status == ShardStatus.CANCELLED and shard.part is None
         assert job.status().status == JobStatus.CANCELLED
         assert not (tmp_path / "out-cancel" / "_SUCCESS").exists()
+        # Its manifest lists what it finished: nothing, its one shard was stopped.
+        wait_until(lambda: (tmp_path / "out-cancel" / "_manifest.json").exists(), timeout_s=30,
+                   what="the partial manifest")
+        assert json.loads((tmp_path / "out-cancel" / "_manifest.json").read_text())["status"] == "cancelled"
+        assert job.results(partial=True).num_rows == 0
+
+
+def test_a_job_past_its_deadline_expires_with_what_it_finished(tmp_path):
+    with stack("embedded", tmp_path / "barge", FAST_RECOVERY) as deployment:
+        num_rows = write_corpus(tmp_path / "corpus", 2000, 200)
+        deployment.start_worker()
+        client = deployment.client()
+        job = submit(client, tmp_path, "expire", corpus=tmp_path / "corpus", rows_per_shard=200,
+                     expires_after_s=3600)
+        wait_until(lambda: committed_shards(client, job), what="a committed shard")
+        with client.store.engine.begin() as conn:   # the deadline passes now, not in an hour
+            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job.id).values(expires_at=time.time()))
+        state = job.wait(timeout=30)
+        assert state.status == JobStatus.EXPIRED and "expires_after_s=3600" in state.error
+        output = tmp_path / "out-expire"
+        wait_until(lambda: (output / "_manifest.json").exists(), timeout_s=30, what="the partial manifest")
+
+        committed = committed_shards(client, job)
+        assert 0 < len(committed) < len(client.store.list_shards(job.id)), "it expired part-way"
+        manifest = json.loads((output / "_manifest.json").read_text())
+        assert manifest["status"] == "expired" and not (output / "_SUCCESS").exists()
+        assert [part["name"] for part in manifest["parts"]] == [s.part["name"] for s in committed]
+        with pytest.raises(JobFailed, match="partial=True"):
+            job.results()
+        ids = job.results(partial=True).column("doc_id").to_pylist()
+        assert sorted(ids) == sorted(i for s in committed for i in range(200 * s.shard_index, 200 * (s.shard_index + 1)))
+
+        retried = client.retry(job)   # the rest, once; the committed shards stay as they are
+        assert retried.wait(timeout=180).status == JobStatus.SUCCEEDED, deployment.worker_logs()
+        assert_every_row_once(retried, num_rows, output)
+        assert all(client.store.list_shards(job.id)[s.shard_index].attempt == s.attempt for s in committed)
+
+
+def committed_shards(client, job):
+    return [s for s in client.store.list_shards(job.id) if s.status == ShardStatus.COMMITTED]
 
 
 @pytest.mark.parametrize("backend", ["postgres-rabbitmq", "postgres-redis"])
@@ -217,6 +260,8 @@ def test_a_poisoned_shard_is_dead_lettered_and_a_retry_finishes_the_job(tmp_path
         shards = client.store.list_shards(job.id)
         assert [s.status for s in shards].count(ShardStatus.FAILED) == 1
         assert [s.status for s in shards].count(ShardStatus.COMMITTED) == 3
+        wait_until(lambda: (tmp_path / "out-poison" / "_manifest.json").exists(), what="the partial manifest")
+        assert job.results(partial=True).num_rows == 300   # the three shards it committed
 
         deployment.stop_workers()
         deployment.start_worker()   # the poison is gone (the row was fixed, say)

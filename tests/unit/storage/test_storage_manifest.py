@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pyarrow as pa
@@ -9,7 +10,7 @@ import pytest
 
 from storage import (Manifest, OutputError, commit_output, encode_schema, is_committed, read_manifest,
                      read_results, write_part)
-from storage.manifest import MANIFEST_NAME, SUCCESS_NAME
+from storage.manifest import MANIFEST_NAME, SUCCESS_NAME, write_partial_manifest
 
 
 def manifest_of(parts, schema: pa.Schema) -> Manifest:
@@ -108,3 +109,44 @@ def test_read_manifest_errors_name_the_output(tmp_path):
     (tmp_path / MANIFEST_NAME).write_text("{not json")
     with pytest.raises(OutputError, match="_manifest.json is not a valid manifest"):
         read_manifest(str(tmp_path))
+
+
+def test_a_partial_manifest_is_read_only_when_asked_for(written, make_table):
+    output, manifest = written
+    expired = dataclasses.replace(manifest, status="expired", parts=manifest.parts[:1])
+
+    write_partial_manifest(output, expired)
+
+    assert not is_committed(output)
+    with pytest.raises(OutputError, match="not committed"):
+        read_results(output)
+    assert read_results(output, partial=True).equals(make_table(5))   # the one part it listed
+    assert read_manifest(output).status == "expired" and not read_manifest(output).is_complete
+
+
+def test_a_complete_commit_replaces_a_partial_manifest(written, make_table):
+    output, manifest = written
+    write_partial_manifest(output, dataclasses.replace(manifest, status="cancelled", parts=manifest.parts[:1]))
+
+    commit_output(output, manifest)   # the job was retried and finished
+
+    assert read_manifest(output).is_complete
+    assert read_results(output).equals(make_table(9))
+    assert read_results(output, partial=True).equals(make_table(9))
+
+
+def test_partial_reads_refuse_a_complete_manifest_without_success(written):
+    output, manifest = written
+    commit_output(output, manifest)
+    os.remove(os.path.join(output, SUCCESS_NAME))   # a commit cut short before _SUCCESS
+
+    with pytest.raises(OutputError, match="not committed"):
+        read_results(output, partial=True)
+
+
+def test_manifest_status_is_checked(written):
+    _, manifest = written
+    with pytest.raises(ValueError, match="status"):
+        dataclasses.replace(manifest, status="running")
+    with pytest.raises(ValueError, match="partial status"):
+        write_partial_manifest("unused", manifest)
