@@ -30,6 +30,12 @@ def row_seed(job_seed: int, row_id: object) -> int:
     return int.from_bytes(digest[:8], "big") >> 1   # a non-negative 63-bit integer
 
 
+def row_sampling_params(params: dict, ids: pa.Array) -> list:
+    """A job's sampling params for each of these rows (each with its own seed, if the job has one)."""
+    sampling = _sampling_params(params, ids)
+    return sampling if isinstance(sampling, list) else [sampling] * len(ids)
+
+
 def _sampling_params(params: dict, ids: pa.Array):
     from engine import SamplingParams
     kwargs = sampling_kwargs(params)

@@ -17,8 +17,14 @@ its own thread, as soon as its own last row is done. At most `depth` shards wait
 behind the one being computed (the task blocks until one finishes), so a worker never
 hoards shards that an idle worker could take.
 
-Between engine calls every shard in the pipeline is checked as in the synchronous
-path: a lost claim ends that shard; past the drain deadline every shard is released.
+Generate rows do not go in calls of `chunk_rows`: a call would end with its longest
+outputs decoding alone. They are requests of one continuously batched engine that the
+pipeline keeps stepping and topping up from the shards in order (queueing.generate_feed),
+so the batch stays full across shard boundaries.
+
+Between engine calls (for generate, between steps) every shard in the pipeline is
+checked as in the synchronous path: a lost claim ends that shard (and aborts its
+requests); past the drain deadline every shard is released.
 
 NOTE: a worker that dies takes every shard it holds with it, and each loses an
 attempt. So that a poisoned shard (one that crashes the process) cannot use up the
@@ -34,6 +40,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from queueing.generate_feed import GenerateFeed
 from queueing.logs import log_context
 from queueing.runtime import Runtime
 from queueing.worker import (AttemptStopped, ShardOutcome, ShardWork, check_still_held, end_failed, end_shard,
@@ -51,6 +58,7 @@ class ShardPipeline:
         self._closed = False
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="barge-commit")
         self._pending_commits = 0
+        self._feed: GenerateFeed | None = None   # generate shards' requests (queueing.generate_feed)
         self._thread = threading.Thread(target=self._run, name="barge-engine", daemon=True)
         self._thread.start()
 
@@ -99,50 +107,112 @@ class ShardPipeline:
                 time.sleep(1.0)
 
     def _step(self) -> bool:
-        """One engine call; False once closed and empty."""
-        batch = self._next_batch()
-        if batch is None:
-            return False
-        if batch:
-            self._infer(batch)
+        """One engine call (a generate step); False once closed and empty."""
+        with self._cond:
+            while not (self._feed and self._feed.num_requests) and all(w.is_fed for w in self._works):
+                if self._closed and not self._works:
+                    return False
+                self._cond.wait(0.5)
+            stopped = self._end_stopped()
+            feed = self._feed_for_next()
+            if feed is None:
+                batch = [] if stopped else self._next_batch()
+            else:
+                additions = self._take_for_feed(feed)
+        if feed is None:
+            if batch:
+                self._infer(batch)
+            return True
+        for work in stopped:
+            feed.abort(work)
+        self._feed_step(feed, additions)
         return True
 
     def _infer(self, batch: list[tuple[ShardWork, list[int]]]) -> None:
         try:
             infer_rows(self.runtime, batch)
         except Exception as exc:   # the engine failed on these rows: their shards fail
-            for work in {id(w): w for w, _ in batch}.values():
-                self._remove(work)
-                self._end(work, lambda w=work, e=exc: end_failed(self.runtime, w, e))
+            self._fail(list({id(w): w for w, _ in batch}.values()), exc)
             return
         for work, _ in batch:
             if work.is_done and self._remove(work):
                 self._end(work, lambda w=work: end_shard(self.runtime, w))
 
-    def _next_batch(self) -> list[tuple[ShardWork, list[int]]] | None:
-        """Up to chunk_rows rows from the first unfed shards of one job; [] after a check
-        ended shards; None once closed and empty."""
-        with self._cond:
-            while not any(not w.is_fed for w in self._works):
-                if self._closed and not self._works:
-                    return None
-                self._cond.wait(0.5)
-            if self._end_stopped():
-                return []
-            batch, room = [], self.runtime.options.chunk_rows
-            for work in self._works:
-                if work.is_fed:
-                    continue
-                if batch and (not work.can_share_batch(batch[0][0]) or room == 0):
-                    break
-                rows = work.take(room)
-                batch.append((work, rows))
-                room -= len(rows)
-            return batch
+    def _next_batch(self) -> list[tuple[ShardWork, list[int]]]:
+        """Under the lock: up to chunk_rows rows from the first unfed shards of one job."""
+        batch, room = [], self.runtime.options.chunk_rows
+        for work in self._works:
+            if work.is_fed:
+                continue
+            if batch and (not work.can_share_batch(batch[0][0]) or room == 0):
+                break
+            rows = work.take(room)
+            batch.append((work, rows))
+            room -= len(rows)
+        return batch
 
-    def _end_stopped(self) -> bool:
+    def _feed_for_next(self) -> GenerateFeed | None:
+        """Under the lock: the generate feed if it has requests or the next unfed shard is
+        a generate shard (made for that shard's model if need be); else None."""
+        if self._feed is not None and self._feed.num_requests:
+            return self._feed
+        work = next((w for w in self._works if not w.is_fed), None)
+        if work is None or work.job.spec.mode != "generate":
+            return None
+        if self._feed is None or not self._feed.serves(work):
+            engine = self.runtime.engine_for(work.job.model_key, "generate")
+            self._feed = GenerateFeed(engine, work.job.model_key)
+        return self._feed
+
+    def _take_for_feed(self, feed: GenerateFeed) -> list[tuple[ShardWork, list[int], int]]:
+        """Under the lock: rows of the unfed shards, in order, that the feed wants now;
+        each with the todo index of its first row. Stops at a shard the feed does not
+        serve, which runs once the feed has drained."""
+        additions, room = [], feed.wants_rows
+        for work in self._works:
+            if room == 0:
+                break
+            if work.is_fed:
+                continue
+            if not feed.serves(work):
+                break
+            first_index = work.fed
+            rows = work.take(room)
+            additions.append((work, rows, first_index))
+            room -= len(rows)
+        if additions:
+            self._cond.notify_all()   # fed shards make room for the task thread's next one
+        return additions
+
+    def _feed_step(self, feed: GenerateFeed, additions: list[tuple[ShardWork, list[int], int]]) -> None:
+        """Add the rows, then one engine step; commit the shards it completed."""
+        touched = {}
+        for work, rows, first_index in additions:
+            try:
+                feed.add(work, rows, first_index)
+            except Exception as exc:   # e.g. sampling params the engine refuses: this shard fails
+                feed.abort(work)
+                self._fail([work], exc)
+            else:
+                touched[id(work)] = work
+        try:
+            if feed.num_requests:
+                touched.update((id(work), work) for work in feed.step())
+        except Exception as exc:   # the engine failed: every shard with rows in it fails
+            self._fail(feed.abort_all(), exc)
+            return
+        for work in touched.values():
+            if work.is_done and self._remove(work):
+                self._end(work, lambda w=work: end_shard(self.runtime, w))
+
+    def _fail(self, works: list[ShardWork], exc: Exception) -> None:
+        for work in works:
+            if self._remove(work):
+                self._end(work, lambda w=work, e=exc: end_failed(self.runtime, w, e))
+
+    def _end_stopped(self) -> list[ShardWork]:
         """Under the lock: end the shards whose claim is gone, or all when past the drain
-        deadline. True if any ended."""
+        deadline; the shards it ended."""
         stopped = []
         for work in list(self._works):
             try:
@@ -154,7 +224,7 @@ class ShardPipeline:
             self._end(work, lambda w=work, r=reason: end_stopped(self.runtime, w, r))
         if stopped:
             self._cond.notify_all()
-        return bool(stopped)
+        return [work for work, _ in stopped]
 
     def _remove(self, work: ShardWork) -> bool:
         with self._cond:

@@ -94,6 +94,7 @@ class ShardWork:
     outputs: list = field(default_factory=list)        # the engine's outputs for todo[:len(outputs)]
     fed: int = 0                                       # rows of todo handed to the engine
     started_at: float = field(default_factory=time.monotonic)
+    early: dict = field(default_factory=dict)          # todo index -> output that finished before earlier rows
 
     @property
     def shard_index(self) -> int:
@@ -112,6 +113,13 @@ class ShardWork:
         rows = self.todo[self.fed:self.fed + max_rows]
         self.fed += len(rows)
         return rows
+
+    def put(self, index: int, output) -> None:
+        """The output of todo[index], which may come before the outputs of earlier rows
+        (generate finishes short outputs first: queueing.generate_feed)."""
+        self.early[index] = output
+        while len(self.outputs) in self.early:
+            self.outputs.append(self.early.pop(len(self.outputs)))
 
     def can_share_batch(self, other: "ShardWork") -> bool:
         """Rows of one job share an engine call (same model, mode and params)."""

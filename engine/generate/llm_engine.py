@@ -74,10 +74,8 @@ class LLMEngine:
 
     def generate(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
                  ) -> list[GenerationOutput]:
-        params_per_row = self._params_per_row(prompts, params)
         started, outputs, requests = time.perf_counter(), [None] * len(prompts), {}
-        for row, (prompt, row_params) in enumerate(zip(prompts, params_per_row)):
-            request_or_error = self.add_request(prompt, row_params)
+        for row, request_or_error in enumerate(self.add_requests(prompts, params)):
             if isinstance(request_or_error, str):
                 outputs[row] = error_output(request_or_error)
             else:
@@ -93,6 +91,14 @@ class LLMEngine:
                                  sum(r.num_output_tokens for r in requests.values()), num_steps,
                                  self.scheduler.num_preemptions - num_preemptions, time.perf_counter() - started)
         return outputs
+
+    def add_requests(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
+                     ) -> list[Request | str]:
+        """Queue prompts to be run by step(), checking every SamplingParams first (a bad
+        value raises ValueError naming it, before any is queued); per prompt its Request,
+        or a string saying why it cannot run."""
+        return [self.add_request(prompt, row_params)
+                for prompt, row_params in zip(prompts, self._params_per_row(prompts, params))]
 
     def add_request(self, prompt: Prompt, params: SamplingParams) -> Request | str:
         """Queue one prompt; a string says why it cannot run."""

@@ -120,3 +120,109 @@ def test_a_cancelled_job_and_a_drain_end_the_shards_in_the_pipeline(deployment, 
     assert client.store.list_shards(cancelled)[0].status == ShardStatus.CANCELLED
     released = client.store.list_shards(drained)[0]
     assert released.status == ShardStatus.PENDING and released.token is None, dataclasses.asdict(released)
+
+
+GENERATE_ROWS, GENERATE_SHARD_ROWS, MAX_NUM_SEQS = 60, 20, 8
+
+
+@pytest.fixture
+def generate_deployment(tmp_path):
+    from engine import Engine
+    from jobs.models import resolve_model
+    from tests.support.random_decoders import save_random_decoder
+    folder = save_random_decoder(tmp_path / "llama", "llama")
+    settings = Settings.from_env({"BARGE_DATA_DIR": str(tmp_path / "barge")})
+    client = Client(settings=settings)
+    runtime = Runtime(settings=settings, store=client.store, app=create_app(settings),
+                      options=WorkerOptions(chunk_rows=CHUNK_ROWS, lease_s=30.0))
+    ref = resolve_model(str(folder))
+    runtime.models[ref.key] = ref
+    runtime.engines[(ref.key, "generate")] = Engine.from_pretrained(folder, mode="generate", max_num_seqs=MAX_NUM_SEQS)
+    yield client, runtime, folder
+    client.store.engine.dispose()
+
+
+def submit_generate_job(client, runtime, tmp_path, folder, name: str) -> str:
+    corpus = tmp_path / "prompts.parquet"
+    if not corpus.exists():
+        lines = [line for line in open("/usr/share/common-licenses/GPL-3").read().split("\n") if line.strip()]
+        prompts = [" ".join(lines[i:i + 1 + i % 4]) for i in range(GENERATE_ROWS)]   # 1-4 lines each
+        pq.write_table(pa.table({"doc_id": pa.array(range(GENERATE_ROWS), pa.int64()), "prompt": prompts}),
+                       corpus, row_group_size=GENERATE_SHARD_ROWS)
+    job = client.submit(JobSpec(mode="generate", model=str(folder), input=str(corpus), input_column="prompt",
+                                id_column="doc_id", output=str(tmp_path / name), max_rows_per_shard=GENERATE_SHARD_ROWS,
+                                params={"max_tokens": 24, "temperature": 0.8, "seed": 7, "stop": ["e "]}))
+    planning.plan_job(runtime, job.id)
+    return job.id
+
+
+def test_generate_rows_of_many_shards_share_one_running_batch(generate_deployment, tmp_path, monkeypatch):
+    from queueing.generate_feed import GenerateFeed
+    client, runtime, folder = generate_deployment
+    running_shards, out_of_order = [], []
+    real_step, real_put = GenerateFeed.step, ShardWork.put
+
+    def step(self):   # which shards have requests in the running batch at each step
+        running = {request.request_id for request in self.llm.scheduler.running}
+        running_shards.append({w.shard_index for rid, (w, _, _) in self._requests.items() if rid in running})
+        return real_step(self)
+
+    def put(self, index, output):
+        out_of_order.append(index != len(self.outputs))
+        real_put(self, index, output)
+    monkeypatch.setattr(GenerateFeed, "step", step)
+    monkeypatch.setattr(ShardWork, "put", put)
+
+    job_id = submit_generate_job(client, runtime, tmp_path, folder, "piped")
+    pipeline = ShardPipeline(runtime, depth=1)
+    for shard_index in range(GENERATE_ROWS // GENERATE_SHARD_ROWS):
+        pipeline.submit(begin_shard(runtime, job_id, shard_index))
+    pipeline.close(timeout_s=120)
+
+    shards = client.store.list_shards(job_id)
+    assert [s.status for s in shards] == [ShardStatus.COMMITTED] * 3
+    assert any(len(shards_in_step) > 1 for shards_in_step in running_shards), "a step ran rows of two shards"
+    assert any(out_of_order), "short outputs overtook long ones and still landed in their rows"
+
+    # The same job through the synchronous path (an engine.generate call per shard,
+    # which drains the batch at each shard's end) takes more steps for the same rows,
+    # and writes the same rows: greedy output does not depend on the batch a row ran in.
+    from engine.generate.llm_engine import LLMEngine
+    sync_steps, real_llm_step = [], LLMEngine.step
+    monkeypatch.setattr(LLMEngine, "step", lambda self: sync_steps.append(1) or real_llm_step(self))
+    other = submit_generate_job(client, runtime, tmp_path, folder, "sync")
+    for shard_index in range(3):
+        assert run_shard(runtime, other, shard_index).status == "committed"
+    assert len(running_shards) < len(sync_steps), (len(running_shards), len(sync_steps))
+    for a, b in zip(shards, client.store.list_shards(other)):
+        piped, sync = pq.read_table(tmp_path / "piped" / a.part["name"]), pq.read_table(tmp_path / "sync" / b.part["name"])
+        assert piped.column("doc_id").to_pylist() == sync.column("doc_id").to_pylist()
+        assert piped.column("text").to_pylist() == sync.column("text").to_pylist()
+        assert piped.column("finish_reason").to_pylist() == sync.column("finish_reason").to_pylist()
+
+
+def test_a_cancelled_generate_job_aborts_its_requests_mid_batch(generate_deployment, tmp_path, monkeypatch):
+    from queueing.generate_feed import GenerateFeed
+    client, runtime, folder = generate_deployment
+    runtime.options = dataclasses.replace(runtime.options, lease_s=0.4)   # renewals every 0.1 s
+    job_id = submit_generate_job(client, runtime, tmp_path, folder, "cancelled")
+    steps, real_step = [], GenerateFeed.step
+
+    def step(self):
+        steps.append(self.num_requests)
+        if len(steps) == 3:
+            client.job(job_id).cancel()
+        time.sleep(0.02)   # the lease keeper notices within a few steps
+        return real_step(self)
+    monkeypatch.setattr(GenerateFeed, "step", step)
+
+    pipeline = ShardPipeline(runtime, depth=2)
+    for shard_index in range(GENERATE_ROWS // GENERATE_SHARD_ROWS):
+        pipeline.submit(begin_shard(runtime, job_id, shard_index))
+    pipeline.close(timeout_s=60)
+
+    assert [s.status for s in client.store.list_shards(job_id)] == [ShardStatus.CANCELLED] * 3
+    assert len(steps) < 60, "it stopped stepping soon after the cancellation"
+    llm = pipeline._feed.llm
+    assert pipeline._feed.num_requests == 0 and not llm.scheduler.has_unfinished_requests(), "requests aborted"
+    assert llm.block_manager.num_free_blocks == llm.block_manager.num_blocks, "their KV blocks freed"

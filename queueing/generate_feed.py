@@ -1,0 +1,80 @@
+"""GenerateFeed: the pipeline's generate rows through one LLMEngine, a step at a time.
+
+An engine call per chunk of rows (queueing.pipeline's path for embed and transcribe)
+would drain the running batch at the end of every chunk: its last few long outputs
+decode at a batch of one or two while the rest of the chunk, and the next shard, wait.
+Here the rows of every shard in the pipeline are requests of one engine that keeps
+stepping; new rows are added while the batch is still busy, so it stays full across
+chunk and shard boundaries, and each finished request goes straight back to its shard.
+
+Rows finish out of order (a short output overtakes a long one), so each output is put
+at its row's place (ShardWork.put). A shard whose claim is lost has its requests
+aborted, which frees their KV blocks for the others.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from engine.generate.outputs import error_output
+from engine.generate.request import Request
+from queueing.inference import row_sampling_params
+from queueing.worker import ShardWork
+
+
+class GenerateFeed:
+    def __init__(self, engine, model_key: str):
+        self.engine = engine            # engine.Engine, mode "generate"
+        self.llm = engine.llm
+        self.model_key = model_key
+        self._requests: dict[int, tuple[ShardWork, int, Request]] = {}   # request id -> (shard, todo index, request)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._requests)
+
+    @property
+    def wants_rows(self) -> int:
+        """Rows to add now: enough waiting requests that the scheduler can refill the
+        batch from them every step (two batches' worth in flight)."""
+        return max(0, 2 * self.llm.options.max_num_seqs - len(self._requests))
+
+    def serves(self, work: ShardWork) -> bool:
+        return work.job.spec.mode == "generate" and work.job.model_key == self.model_key
+
+    def add(self, work: ShardWork, rows: list[int], first_index: int) -> None:
+        """Queue `rows` (positions in the shard) as requests; todo index of rows[0] is
+        `first_index`. A row that cannot run (empty, too long) gets its error at once;
+        bad sampling parameters raise ValueError (the shard fails, as with generate())."""
+        ids = work.ids.take(pa.array(rows, type=pa.int64()))
+        params = row_sampling_params(work.job.spec.params, ids)
+        prompts = [work.inputs[row] for row in rows]
+        for offset, request in enumerate(self.llm.add_requests(prompts, params)):
+            if isinstance(request, str):
+                work.put(first_index + offset, error_output(request))
+            else:
+                self._requests[request.request_id] = (work, first_index + offset, request)
+
+    def step(self) -> list[ShardWork]:
+        """One engine step; the shards that got outputs from it."""
+        touched = {}
+        for request in self.llm.step():
+            work, index, _ = self._requests.pop(request.request_id)
+            work.put(index, self.llm.to_output(request))
+            touched[id(work)] = work
+        return list(touched.values())
+
+    def abort(self, work: ShardWork) -> None:
+        """Drop a shard's requests (its claim is gone or it failed); frees their KV blocks."""
+        for request_id, (owner, _, request) in list(self._requests.items()):
+            if owner is work:
+                self.llm.abort(request)
+                del self._requests[request_id]
+
+    def abort_all(self) -> list[ShardWork]:
+        """After a failed step: drop every request; the shards that had some."""
+        works = {id(work): work for work, _, _ in self._requests.values()}
+        for _, _, request in self._requests.values():
+            self.llm.abort(request)
+        self._requests.clear()
+        return list(works.values())
