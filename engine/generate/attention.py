@@ -88,13 +88,20 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group
 
 def _gather_blocks(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
     """cache [kv_heads, num_blocks, block_size, dim], block_ids [..., n] -> [kv_heads, ..., n * block_size, dim].
-    Whole blocks are copied (block_size * head_dim contiguous values each), not token by token."""
-    return cache[:, block_ids].flatten(-3, -2)
+    Whole blocks are copied (block_size * head_dim contiguous values each), not token by
+    token: index_select over rows of whole blocks is a plain row copy, several times
+    faster on CPU than advanced indexing of the 4-d cache."""
+    num_kv_heads, num_blocks, block_size, head_dim = cache.shape
+    rows = torch.index_select(cache.view(num_kv_heads, num_blocks, block_size * head_dim), 1, block_ids.reshape(-1))
+    return rows.view(num_kv_heads, *block_ids.shape[:-1], block_ids.shape[-1] * block_size, head_dim)
 
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
             scale: float) -> torch.Tensor:
-    """One sequence: q [n, heads, dim] over keys/values [kv_heads, context, dim]."""
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask,
+    """One sequence: q [n, heads, dim] over keys/values [kv_heads, context, dim].
+
+    NOTE: with a batch dimension: given 3-d tensors, PyTorch's CPU attention takes its
+    unfused math path (about 8x slower on prompts of a few hundred tokens)."""
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[None], values[None], attn_mask=mask,
                                          is_causal=mask is None, scale=scale, enable_gqa=True)
-    return out.transpose(0, 1)
+    return out[0].transpose(0, 1)
