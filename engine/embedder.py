@@ -19,6 +19,7 @@ from engine.outputs import EmbeddingOutput
 from engine.params import EmbedParams
 from engine.quant.checkpoint import load_fp8_state
 from engine.quant.config import fp8_config_of_folder
+from engine.settings import model_settings
 from engine.tokenizer import Tokenizer
 
 # Rows are tokenized in chunks on a background thread while the model runs the chunk
@@ -61,6 +62,11 @@ class Embedder:
     @property
     def embedding_dim(self) -> int:
         return self.config.hidden_size
+
+    @property
+    def settings(self) -> dict:
+        return {**model_settings(self.model), "max_batch_tokens": self.max_batch_tokens,
+                "max_seq_length": self.config.max_seq_length}
 
     def embed(self, texts: list, params: EmbedParams) -> np.ndarray:
         """[len(texts), dimensions or embedding_dim] of params.output_dtype; raises on the first bad row."""

@@ -91,6 +91,25 @@ class Engine:
         return self.transcriber.transcribe(list(audio), params)
 
     @property
+    def settings(self) -> dict:
+        """What this engine runs with, as plain JSON-able values (a fresh dict each call):
+        mode, dtype, device (a type: "cpu", "cuda"; on a GPU also device_name) and
+        quantization (None, "fp8", "fp8-block"), then the mode's limits —
+        generate: max_num_seqs, max_num_batched_tokens, max_model_len, block_size,
+        num_kv_blocks, enable_prefix_caching; embed: max_batch_tokens, max_seq_length;
+        transcribe: max_slots, max_admit."""
+        return {"mode": self.mode, **self._mode_engine.settings}
+
+    @property
+    def _mode_engine(self):
+        """The object that runs this mode's steps: Embedder, LLMEngine or ChunkDecoder."""
+        if self.mode == "embed":
+            return self._embedder
+        if self.mode == "generate":
+            return self.llm
+        return self.transcriber.decoder
+
+    @property
     def model_name(self) -> str:
         return self._embedder.config.model_name
 

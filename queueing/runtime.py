@@ -92,7 +92,7 @@ class Runtime:
         """The settings of the engine serving (model key, mode), as recorded with each commit."""
         key = (model_key, mode)
         if key not in self._engine_settings:
-            self._engine_settings[key] = engine_settings(self.engine_for(model_key, mode), model_key, mode)
+            self._engine_settings[key] = engine_settings(self.engine_for(model_key, mode), model_key)
         return self._engine_settings[key]
 
     def send(self, task_name: str, args: list, queue: str, *, priority: int | None = None,

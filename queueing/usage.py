@@ -62,48 +62,7 @@ def error_kind(message: str) -> str:
     return "other"
 
 
-def engine_settings(engine, model: str, mode: str) -> dict:
-    """The loaded engine's settings as JSON-able values.
-
-    NOTE: `Engine` has no settings accessor yet, so this reads what its mode objects
-    expose (the weights' device and dtype, the embedder's batch budget, the generate
-    options) and leaves out what it cannot find."""
-    settings: dict = {"model": model, "mode": mode}
-    parameter = _first_parameter(engine)
-    if parameter is not None:
-        settings["device"] = parameter.device.type
-        settings["dtype"] = str(parameter.dtype).removeprefix("torch.")
-    else:
-        settings["device"] = current_device_type()
-    if settings["device"] == "cuda":
-        import torch
-        settings["device_name"] = torch.cuda.get_device_name(parameter.device if parameter is not None else None)
-    embedder = getattr(engine, "_embedder", None)
-    if embedder is not None and hasattr(embedder, "max_batch_tokens"):
-        settings["max_batch_tokens"] = int(embedder.max_batch_tokens)
-    options = getattr(getattr(engine, "llm", None), "options", None)
-    if options is not None:
-        from dataclasses import asdict, is_dataclass
-        if is_dataclass(options):
-            settings["generate"] = {k: v for k, v in asdict(options).items() if _is_json_scalar(v)}
-    return settings
-
-
-def current_device_type() -> str:
-    import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _first_parameter(engine):
-    import torch
-    llm = getattr(engine, "llm", None)
-    transcriber = getattr(getattr(engine, "transcriber", None), "decoder", None)
-    for holder in (getattr(engine, "_embedder", None), llm, getattr(llm, "runner", None), transcriber):
-        for value in (vars(holder).values() if holder is not None else ()):
-            if isinstance(value, torch.nn.Module):
-                return next(value.parameters(), None)
-    return None
-
-
-def _is_json_scalar(value) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str))
+def engine_settings(engine, model: str) -> dict:
+    """The loaded engine's settings (Engine.settings: mode, device, dtype, quantization,
+    its limits) under the model key it serves."""
+    return {"model": model, **engine.settings}

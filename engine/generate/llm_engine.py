@@ -26,6 +26,7 @@ from engine.generate.sampling_params import SamplingParams
 from engine.generate.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.generate.tokenizer import TextTokenizer
 from engine.models.llama import LlamaForCausalLM
+from engine.settings import model_settings
 
 Prompt = str | list[int] | list[dict]     # text, token ids, or chat messages [{"role", "content"}]
 
@@ -71,6 +72,16 @@ class LLMEngine:
              options: GenerateOptions | None = None, quantization: str | None = None) -> "LLMEngine":
         model, config, tokenizer = load_decoder(path, dtype, device, quantization)
         return cls(model, config, tokenizer, options or GenerateOptions(), dtype, device)
+
+    @property
+    def settings(self) -> dict:
+        """dtype, device, quantization, and the limits this engine was sized to (the
+        effective ones: max_model_len and num_kv_blocks as computed at load)."""
+        scheduler, blocks = self.scheduler.config, self.block_manager
+        return {**model_settings(self.runner.model), "max_num_seqs": scheduler.max_num_seqs,
+                "max_num_batched_tokens": scheduler.max_num_batched_tokens, "max_model_len": self.max_model_len,
+                "block_size": blocks.block_size, "num_kv_blocks": blocks.num_blocks,
+                "enable_prefix_caching": blocks.enable_prefix_caching}
 
     def generate(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
                  ) -> list[GenerationOutput]:

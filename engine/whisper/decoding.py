@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from engine.settings import model_settings
 from engine.whisper.config import N_SAMPLES_PER_CHUNK
 from engine.whisper.kv_cache import DecoderCache
 from engine.whisper.logit_rules import LogitRules, max_initial_timestamp_index
@@ -32,6 +33,13 @@ class ChunkDecoder:
         self.scheduler = Scheduler(self.cache, max_admit)
         self.num_steps = 0         # decoder steps run, for stats and benchmarks
         self.num_encoded = 0       # chunks through the encoder (fallback re-runs reuse theirs)
+
+    @property
+    def settings(self) -> dict:
+        """dtype, device, quantization; max_slots (chunks decoded together) and max_admit
+        (chunks encoded in one batch)."""
+        return {**model_settings(self.model), "max_slots": self.cache.max_slots,
+                "max_admit": self.scheduler.max_admit}
 
     def add(self, request: DecodeRequest, first: bool = False) -> None:
         self.scheduler.add(request, first)

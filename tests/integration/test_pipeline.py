@@ -33,6 +33,10 @@ class RecordingEngine:
     def encode(self, texts, **params):
         return self.engine.encode(texts, **params)
 
+    @property
+    def settings(self) -> dict:
+        return self.engine.settings
+
 
 @pytest.fixture
 def deployment(tmp_path):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from queueing.usage import ERROR_KINDS, error_kind, shard_usage
+from queueing.usage import ERROR_KINDS, engine_settings, error_kind, shard_usage
 
 
 @dataclass
@@ -49,3 +49,13 @@ def test_a_generate_shard_counts_prompt_and_output_tokens():
     outputs = [Generated(10, [1, 2, 3]), Generated(0, [], "prompt is empty")]
     usage = shard_usage("smollm2", "generate", outputs, {})
     assert (usage.num_tokens, usage.rows_failed, usage.device) == (13, 1, "unknown")
+
+
+def test_engine_settings_are_the_engines_own_under_the_model_key():
+    @dataclass
+    class Loaded:
+        settings: dict
+
+    engine = Loaded({"mode": "embed", "device": "cpu", "max_batch_tokens": 2048})
+    assert engine_settings(engine, "minilm") == {"model": "minilm", "mode": "embed", "device": "cpu",
+                                                 "max_batch_tokens": 2048}
