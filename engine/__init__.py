@@ -3,5 +3,6 @@
 from engine.engine import Engine
 from engine.generate import GenerationOutput, SamplingParams
 from engine.outputs import EmbeddingOutput
+from engine.step_stats import StepStats
 
-__all__ = ["Engine", "EmbeddingOutput", "GenerationOutput", "SamplingParams"]
+__all__ = ["Engine", "EmbeddingOutput", "GenerationOutput", "SamplingParams", "StepStats"]

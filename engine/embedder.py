@@ -20,6 +20,7 @@ from engine.params import EmbedParams
 from engine.quant.checkpoint import load_fp8_state
 from engine.quant.config import fp8_config_of_folder
 from engine.settings import model_settings
+from engine.step_stats import StepObserver, StepStats, notify
 from engine.tokenizer import Tokenizer
 
 # Rows are tokenized in chunks on a background thread while the model runs the chunk
@@ -39,6 +40,7 @@ class Embedder:
         self.model = model
         self.device = device
         self.max_batch_tokens = max_batch_tokens
+        self.step_observers: list[StepObserver] = []     # called with each forward batch's StepStats
         self._tokenize_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="barge-tokenize")
 
     @classmethod
@@ -131,6 +133,9 @@ class Embedder:
         vectors = np.empty((len(token_ids), params.dimensions or self.embedding_dim), dtype=params.numpy_dtype)
         for rows in plan_batches([len(ids) for ids in token_ids], self.max_batch_tokens):
             batch = pack(token_ids, rows).to(self.device)
+            if self.step_observers:
+                notify(self.step_observers, StepStats(num_seqs=len(rows), num_tokens=batch.num_tokens,
+                                                      max_num_seqs=None, max_num_tokens=self.max_batch_tokens))
             hidden = self.model(batch)
             pooled = finish(pool(hidden, batch.seq_lens, self.config.pooling), params.dimensions, params.normalize)
             vectors[rows] = pooled.cpu().numpy()

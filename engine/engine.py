@@ -12,6 +12,7 @@ from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, Sampli
 from engine.outputs import EmbeddingOutput
 from engine.params import EmbedParams
 from engine.quant.config import QUANTIZATIONS   # None, "fp8" (per-channel scales), "fp8-block" (128x128)
+from engine.step_stats import StepObserver
 
 MODES = ("generate", "embed", "transcribe")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -99,6 +100,12 @@ class Engine:
         num_kv_blocks, enable_prefix_caching; embed: max_batch_tokens, max_seq_length;
         transcribe: max_slots, max_admit."""
         return {"mode": self.mode, **self._mode_engine.settings}
+
+    def add_step_observer(self, observer: StepObserver) -> None:
+        """Call `observer(StepStats)` after each step is scheduled — generate: a scheduler
+        step; embed: a forward batch; transcribe: a decoder step (engine.step_stats).
+        It runs on the engine's thread, so it must be quick and must not raise."""
+        self._mode_engine.step_observers.append(observer)
 
     @property
     def _mode_engine(self):

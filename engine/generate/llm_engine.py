@@ -1,6 +1,6 @@
 """LLMEngine: the generate mode — prompts in, one GenerationOutput per prompt out.
 
-    step():  schedule -> run the model -> sample -> advance requests -> collect finished
+    step():  schedule -> (step observers) -> run the model -> sample -> advance requests -> collect finished
 
 Prompts are validated one by one: a bad row becomes an output with .error and the
 rest run; only a bad SamplingParams value raises (ValueError naming it).
@@ -27,6 +27,7 @@ from engine.generate.scheduler import Scheduler, SchedulerConfig, SchedulerOutpu
 from engine.generate.tokenizer import TextTokenizer
 from engine.models.llama import LlamaForCausalLM
 from engine.settings import model_settings
+from engine.step_stats import StepObserver, StepStats, notify
 
 Prompt = str | list[int] | list[dict]     # text, token ids, or chat messages [{"role", "content"}]
 
@@ -65,6 +66,7 @@ class LLMEngine:
             self.runner.sampler.generator.manual_seed(options.seed)
         self.eos_token_ids = frozenset(config.eos_token_ids) | _token_set(tokenizer.token_id(tokenizer.eos_token))
         self.last_run = RunStats()
+        self.step_observers: list[StepObserver] = []     # called with each step's StepStats
         self._next_request_id = 0
 
     @classmethod
@@ -128,10 +130,20 @@ class LLMEngine:
 
     def step(self) -> list[Request]:
         scheduler_output = self.scheduler.schedule()
+        if self.step_observers:
+            notify(self.step_observers, self._step_stats(scheduler_output))
         runner_output = self.runner.execute(scheduler_output)
         self._record_logprobs(scheduler_output, runner_output)
         finished = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
         return finished + self._apply_stop_strings(scheduler_output, runner_output)
+
+    def _step_stats(self, output: SchedulerOutput) -> StepStats:
+        """The batch as scheduled: blocks are counted once this step's are allocated."""
+        limits, blocks = self.scheduler.config, self.block_manager
+        return StepStats(num_seqs=len(output.requests), num_tokens=output.total_num_scheduled_tokens,
+                         max_num_seqs=limits.max_num_seqs, max_num_tokens=limits.max_num_batched_tokens,
+                         num_kv_blocks_used=blocks.num_blocks - blocks.num_free_blocks, num_kv_blocks=blocks.num_blocks,
+                         num_preemptions=len(output.preempted), num_prefix_cache_hit_tokens=output.num_cached_tokens)
 
     def abort(self, request: Request) -> None:
         if not request.is_finished:

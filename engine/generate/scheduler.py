@@ -38,6 +38,7 @@ class SchedulerOutput:
     requests: list[Request]                                       # scheduled this step, in batch order
     num_scheduled_tokens: dict[int, int] = field(default_factory=dict)   # request_id -> new tokens this step
     preempted: list[Request] = field(default_factory=list)
+    num_cached_tokens: int = 0        # prompt tokens admitted from the prefix cache (re-admissions too)
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -93,6 +94,7 @@ class Scheduler:
                 break
             if request.status == RequestStatus.WAITING:
                 request.num_cached_tokens = num_cached
+            output.num_cached_tokens += num_cached
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
             self.running.append(request)

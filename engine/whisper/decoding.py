@@ -1,6 +1,6 @@
 """ChunkDecoder: encode admitted chunks, then step every running chunk one token at a time.
 
-    step():  admit → encode + cross K/V → decoder step (one token per slot) → sample → release
+    step():  admit → encode + cross K/V → (step observers) → decoder step (one token per slot) → sample → release
 
 A request's first tokens are forced (the start-of-transcript sequence); the logits after
 <|startoftranscript|> also give its no-speech probability and, when no language was
@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from engine.settings import model_settings
+from engine.step_stats import StepObserver, StepStats, notify
 from engine.whisper.config import N_SAMPLES_PER_CHUNK
 from engine.whisper.kv_cache import DecoderCache
 from engine.whisper.logit_rules import LogitRules, max_initial_timestamp_index
@@ -33,6 +34,7 @@ class ChunkDecoder:
         self.scheduler = Scheduler(self.cache, max_admit)
         self.num_steps = 0         # decoder steps run, for stats and benchmarks
         self.num_encoded = 0       # chunks through the encoder (fallback re-runs reuse theirs)
+        self.step_observers: list[StepObserver] = []     # called with each decoder step's StepStats
 
     @property
     def settings(self) -> dict:
@@ -57,6 +59,8 @@ class ChunkDecoder:
         running = self.scheduler.running
         if not running:
             return []
+        if self.step_observers:
+            notify(self.step_observers, self._step_stats(len(running)))
         tokens = torch.tensor([r.next_token for r in running], device=self.device)
         positions = torch.tensor([r.position for r in running], device=self.device)
         logits = self.model.decoder.step(tokens, positions, self.cache)
@@ -64,6 +68,12 @@ class ChunkDecoder:
         finished = self._advance(running, logits)
         self.scheduler.release(finished)
         return finished
+
+    def _step_stats(self, num_running: int) -> StepStats:
+        """One token per running chunk; a chunk's slot is its whole K/V, so slots are the blocks."""
+        max_slots = self.cache.max_slots
+        return StepStats(num_seqs=num_running, num_tokens=num_running, max_num_seqs=max_slots, max_num_tokens=None,
+                         num_kv_blocks_used=num_running, num_kv_blocks=max_slots)
 
     def encode(self, audio: list[np.ndarray]) -> torch.Tensor:
         """Chunks of <= 30 s -> encoder output [k, n_audio_ctx, n_audio_state] (zero-padded to 30 s)."""
