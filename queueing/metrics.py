@@ -10,6 +10,13 @@ NOTE: they stand in for "queue depth per model queue". A broker's queue length i
 portable (the embedded transport, RabbitMQ and Redis each count differently, and the
 fair-share window keeps most pending shards off the broker anyway), while SQL knows
 exactly which shards wait for which model.
+
+Engine metrics {model, mode} come from each loaded engine's step observer
+(engine.step_stats): per step (generate: a scheduler step; embed: a forward batch;
+transcribe: a decoder step) the steps counter, the batch-size histograms and the
+preemption and prefix-cache counters move. The gauges are this worker's engine at its
+last step — its limits, its KV cache (transcribe: slots) — so compare them per worker
+or take avg() or max(), not sum().
 """
 
 from __future__ import annotations
@@ -24,12 +31,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 
 if TYPE_CHECKING:
+    from engine import Engine, StepStats
     from queueing.usage import ShardUsage
 
 log = logging.getLogger("barge.metrics")
 
 # Shards run for seconds (a small embedding shard) to an hour (a large generate one).
 SHARD_SECONDS_BUCKETS = (0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600, float("inf"))
+# Per engine step: from one sequence or token up past a GPU's default budgets (generate:
+# 128 sequences, 2048 tokens; embed on a GPU: 16384 tokens).
+BATCH_SEQUENCES_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, float("inf"))
+BATCH_TOKENS_BUCKETS = (1, 8, 32, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, float("inf"))
+OCCUPANCY_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0, float("inf"))   # over 1: one row alone over the budget
 
 
 class WorkerMetrics:
@@ -49,9 +62,41 @@ class WorkerMetrics:
         self.in_progress = Gauge("barge_worker_shards_in_progress", "Shards this worker is running now.", registry=r)
         self.webhooks = Counter("barge_webhook_deliveries", "Webhook delivery attempts by outcome "
                                 "(delivered, retrying, failed, disabled).", ["outcome"], registry=r)
+        self._add_engine_metrics()
         if shard_counts is not None:
             r.register(_SqlShardCounts(shard_counts))
         self._server = None
+
+    def _add_engine_metrics(self) -> None:
+        r, labels = self.registry, ["model", "mode"]
+        self.engine_steps = Counter("barge_engine_steps", "Engine steps (generate: scheduler steps; embed: "
+                                    "forward batches; transcribe: decoder steps).", labels, registry=r)
+        self.batch_sequences = Histogram("barge_batch_sequences", "Sequences in each engine step's batch.", labels,
+                                         buckets=BATCH_SEQUENCES_BUCKETS, registry=r)
+        self.batch_tokens = Histogram("barge_batch_tokens", "Tokens in each engine step's batch (embed: real, "
+                                      "unpadded; transcribe: one per sequence).", labels,
+                                      buckets=BATCH_TOKENS_BUCKETS, registry=r)
+        self.batch_occupancy = Histogram("barge_batch_occupancy_ratio", "Share of the tighter batch limit each "
+                                         "step used: max(sequences / max sequences, tokens / max tokens); 1 is full.",
+                                         labels, buckets=OCCUPANCY_BUCKETS, registry=r)
+        self.batch_max_sequences = Gauge("barge_batch_max_sequences", "The engine's limit on sequences per step "
+                                         "(generate: max_num_seqs; transcribe: slots).", labels, registry=r)
+        self.batch_max_tokens = Gauge("barge_batch_max_tokens", "The engine's limit on tokens per step "
+                                      "(generate: max_num_batched_tokens; embed: max_batch_tokens).", labels, registry=r)
+        self.kv_blocks_used = Gauge("barge_kv_cache_blocks_used", "KV-cache blocks held by running sequences at "
+                                    "the last step (transcribe: slots, one chunk's K/V each).", labels, registry=r)
+        self.kv_blocks_capacity = Gauge("barge_kv_cache_blocks_capacity", "KV-cache blocks in all (transcribe: "
+                                        "slots).", labels, registry=r)
+        self.kv_usage = Gauge("barge_kv_cache_usage_ratio", "KV-cache blocks used / capacity at the last step.",
+                              labels, registry=r)
+        self.preemptions = Counter("barge_preemptions", "Sequences evicted from the batch for KV-cache blocks, "
+                                   "to be recomputed later (generate).", labels, registry=r)
+        self.prefix_hits = Counter("barge_prefix_cache_hit_tokens", "Prompt tokens taken from the prefix cache "
+                                   "instead of computed (generate).", labels, registry=r)
+
+    def observe_engine(self, engine: "Engine", model: str, mode: str) -> None:
+        """Record every step of a loaded engine under {model, mode} (model: the model key)."""
+        engine.add_step_observer(_StepRecorder(self, model, mode))
 
     @contextmanager
     def shard_attempt(self) -> Iterator[Callable[[str, "ShardUsage | None"], None]]:
@@ -88,6 +133,43 @@ class WorkerMetrics:
         if self._server is not None:
             self._server.shutdown()
             self._server = None
+
+
+class _StepRecorder:
+    """One engine's step observer: its label children are bound once, so a step costs a
+    few locked increments. The gauges are bound at the first step, so that a limit never
+    reads 0 before the engine has run, and the KV ones only for a mode with a cache."""
+
+    def __init__(self, metrics: WorkerMetrics, model: str, mode: str):
+        self.metrics, self.labels = metrics, (model, mode)
+        self.steps = metrics.engine_steps.labels(*self.labels)
+        self.sequences = metrics.batch_sequences.labels(*self.labels)
+        self.tokens = metrics.batch_tokens.labels(*self.labels)
+        self.occupancy = metrics.batch_occupancy.labels(*self.labels)
+        self.preemptions = metrics.preemptions.labels(*self.labels)
+        self.prefix_hits = metrics.prefix_hits.labels(*self.labels)
+        self.gauges: dict[str, Gauge] | None = None   # field of StepStats -> its gauge's child
+
+    def __call__(self, stats: "StepStats") -> None:
+        self.steps.inc()
+        self.sequences.observe(stats.num_seqs)
+        self.tokens.observe(stats.num_tokens)
+        self.occupancy.observe(stats.occupancy)
+        if stats.num_preemptions:
+            self.preemptions.inc(stats.num_preemptions)
+        if stats.num_prefix_cache_hit_tokens:
+            self.prefix_hits.inc(stats.num_prefix_cache_hit_tokens)
+        if self.gauges is None:
+            self.gauges = self._bind_gauges(stats)
+        for name, gauge in self.gauges.items():
+            gauge.set(getattr(stats, name))
+
+    def _bind_gauges(self, stats: "StepStats") -> dict[str, Gauge]:
+        m = self.metrics
+        wanted = {"max_num_seqs": m.batch_max_sequences, "max_num_tokens": m.batch_max_tokens,
+                  "num_kv_blocks_used": m.kv_blocks_used, "num_kv_blocks": m.kv_blocks_capacity,
+                  "kv_cache_usage": m.kv_usage}
+        return {name: gauge.labels(*self.labels) for name, gauge in wanted.items() if getattr(stats, name) is not None}
 
 
 class _SqlShardCounts:

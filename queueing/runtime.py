@@ -85,6 +85,7 @@ class Runtime:
                 if mode == "generate" and self.options.kv_cache_fraction is not None:
                     options["kv_cache_memory_fraction"] = self.options.kv_cache_fraction
                 engine = Engine.from_pretrained(ref.path, mode=mode, **options)
+                self.metrics.observe_engine(engine, model_key, mode)
                 self.engines[(model_key, mode)] = engine
             return engine
 

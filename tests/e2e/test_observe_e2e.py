@@ -2,9 +2,9 @@
 HTTP, the job's throughput and report, and the worker's JSON log lines.
 
 Given a worker started with --metrics-port and a job of many small shards, when the
-job runs, then scrapes taken during it show the counters moving, and once it is done
-the report's counts equal the output's and the logs carry job and shard ids but no
-secret."""
+job runs, then scrapes taken during it show the counters moving (the engine's steps
+among them), and once it is done the engine's batches add up to the output's tokens, the
+report's counts equal the output's and the logs carry job and shard ids but no secret."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from tests.support.stack import free_port, stack
 
 NUM_ROWS, ROWS_PER_SHARD = 1200, 40
 MODEL_KEY = "all-MiniLM-L6-v2"
+EMBED = (("mode", "embed"), ("model", MODEL_KEY))
 
 
 def write_corpus(folder) -> None:
@@ -52,7 +53,11 @@ def cli_report(deployment, job_id: str, capsys) -> dict:
 
 
 def rows_processed(samples: dict) -> float:
-    return samples.get(("barge_rows_processed_total", (("mode", "embed"), ("model", MODEL_KEY))), 0.0)
+    return samples.get(("barge_rows_processed_total", EMBED), 0.0)
+
+
+def engine_steps(samples: dict) -> float:
+    return samples.get(("barge_engine_steps_total", EMBED), 0.0)
 
 
 @pytest.mark.parametrize("backend", ["embedded", pytest.param("postgres-rabbitmq", marks=[pytest.mark.postgres,
@@ -68,11 +73,12 @@ def test_metrics_move_while_a_real_job_runs_and_the_report_matches_the_output(tm
                                         id_column="doc_id", output=str(tmp_path / "out"),
                                         webhook_url=receiver.url, max_rows_per_shard=ROWS_PER_SHARD))
             # When: scrape while the job runs.
-            seen, queue_gauges = [], []
+            seen, steps_seen, queue_gauges = [], [], []
             deadline = time.monotonic() + 180
             while not job.status().is_finished and time.monotonic() < deadline:
                 samples = scrape(port)
                 seen.append(rows_processed(samples))
+                steps_seen.append(engine_steps(samples))
                 queue_gauges.append(samples.get(("barge_shards_pending", (("model", MODEL_KEY),))))
                 time.sleep(0.05)
             state = job.wait(timeout=60)
@@ -97,10 +103,20 @@ def test_metrics_move_while_a_real_job_runs_and_the_report_matches_the_output(tm
     assert final[("barge_webhook_deliveries_total", (("outcome", "retrying"),))] == 1
     assert final[("barge_webhook_deliveries_total", (("outcome", "delivered"),))] == 1
 
+    # The engine's steps (embed: forward batches) moved during the job too.
+    assert steps_seen == sorted(steps_seen)
+    steps_during = {value for value in steps_seen if 0 < value < engine_steps(final)}
+    assert len(steps_during) >= 2, f"too few scrapes caught the engine mid-way: {steps_seen[:10]}..."
+
     # The status, the report and the manifest agree with the output.
     failed = sum(error is not None for error in table.column("error").to_pylist())
     num_tokens = sum(table.column("num_tokens").to_pylist())
-    assert final[("barge_tokens_processed_total", (("mode", "embed"), ("model", MODEL_KEY)))] == num_tokens
+    assert final[("barge_tokens_processed_total", EMBED)] == num_tokens
+    # Every embedded row went through exactly one batch, each within the budget the report shows.
+    assert final[("barge_batch_tokens_sum", EMBED)] == num_tokens
+    assert final[("barge_batch_sequences_sum", EMBED)] == table.num_rows - failed
+    assert final[("barge_batch_occupancy_ratio_count", EMBED)] == engine_steps(final)
+    assert final[("barge_batch_occupancy_ratio_bucket", (("le", "1.0"), *EMBED))] == engine_steps(final)
     assert (state.rows_failed, state.num_tokens) == (failed, num_tokens)
     assert state.throughput.rows_per_s > 0 and state.throughput.eta_s is None
     stats = json.loads((tmp_path / "out" / "_manifest.json").read_text())["stats"]
@@ -108,6 +124,7 @@ def test_metrics_move_while_a_real_job_runs_and_the_report_matches_the_output(tm
     assert stats["num_tokens"] == num_tokens and stats["num_shards"] == num_shards
     assert set(stats["worker_seconds"]) == {"cpu"} and stats["worker_seconds"]["cpu"] > 0
     assert stats["engines"][0]["device"] == "cpu" and stats["engines"][0]["model"] == MODEL_KEY
+    assert final[("barge_batch_max_tokens", EMBED)] == stats["engines"][0]["max_batch_tokens"]
     assert stats["cost"]["price_per_hour"] == 3.5 and stats["cost"]["per_million_tokens"] > 0
 
     assert (report["rows_succeeded"], report["rows_failed"], report["num_tokens"]) == (
