@@ -1,0 +1,72 @@
+"""packed_attention and band_masks against plain attention run one text at a time."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.batching import attention_groups
+from engine.layers.attention import band_masks, packed_attention
+
+HEAD_DIM = 8
+
+
+def one_text_at_a_time(q, k, v, seq_lens, is_causal=False, half_window=None):
+    """The reference: each text alone, its mask written out in full."""
+    outputs, start = [], 0
+    for seq_len in seq_lens:
+        rows = slice(start, start + seq_len)
+        positions = torch.arange(seq_len)
+        allowed = torch.ones(seq_len, seq_len, dtype=torch.bool)
+        if is_causal:
+            allowed &= positions[:, None] >= positions[None, :]
+        if half_window is not None:
+            allowed &= (positions[:, None] - positions[None, :]).abs() <= half_window
+        keys = k[rows].repeat_interleave(q.shape[1] // k.shape[1], dim=1)      # grouped-query heads
+        values = v[rows].repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        out = F.scaled_dot_product_attention(q[rows].transpose(0, 1), keys.transpose(0, 1),
+                                             values.transpose(0, 1), attn_mask=allowed)
+        outputs.append(out.transpose(0, 1))
+        start += seq_len
+    return torch.cat(outputs)
+
+
+def random_qkv(num_tokens, num_heads, num_kv_heads):
+    torch.manual_seed(0)
+    return (torch.randn(num_tokens, num_heads, HEAD_DIM), torch.randn(num_tokens, num_kv_heads, HEAD_DIM),
+            torch.randn(num_tokens, num_kv_heads, HEAD_DIM))
+
+
+@pytest.mark.parametrize("is_causal, half_window, num_kv_heads", [
+    (False, None, 4),     # BERT-style, unfused
+    (True, None, 4),      # decoder
+    (True, None, 2),      # decoder with grouped-query attention
+    (False, 2, 4),        # ModernBERT local layer
+    (True, 2, 1),         # both limits at once
+])
+def test_matches_one_text_at_a_time(is_causal, half_window, num_kv_heads):
+    seq_lens = [1, 3, 3, 6, 9, 9]
+    q, k, v = random_qkv(sum(seq_lens), 4, num_kv_heads)
+    groups = attention_groups(seq_lens)
+    masks = band_masks(groups, half_window, q.device) if half_window is not None else None
+    ours = packed_attention(q, k, v, groups, masks, is_causal=is_causal)
+    expected = one_text_at_a_time(q, k, v, seq_lens, is_causal, half_window)
+    assert torch.allclose(ours, expected, atol=1e-5)
+
+
+def test_texts_within_the_band_need_no_mask():
+    groups = attention_groups([2, 3, 3, 4, 7])
+    masks = band_masks(groups, 2, torch.device("cpu"))
+    assert [mask is None for mask in masks] == [True, True, False, False]
+    assert masks[2].shape == (4, 4) and not masks[2][0, 3] and masks[2][0, 2]
+    assert masks[3].shape == (7, 7)
+
+
+def test_strided_views_of_a_fused_projection_are_taken_as_they_are():
+    """v is a view into a fused q|k|v projection (ModernBERT's Wqkv): no copy needed first."""
+    seq_lens = [2, 5, 5]
+    torch.manual_seed(1)
+    qkv = torch.randn(sum(seq_lens), 3 * 2 * HEAD_DIM)
+    q, k, v = qkv.view(-1, 3, 2, HEAD_DIM).unbind(1)
+    ours = packed_attention(q, k, v, attention_groups(seq_lens))
+    expected = one_text_at_a_time(q.contiguous(), k.contiguous(), v.contiguous(), seq_lens)
+    assert torch.allclose(ours, expected, atol=1e-5)
