@@ -1,14 +1,16 @@
-"""Encoder configuration: config.json plus the sentence-transformers files beside it."""
+"""Embed-mode configuration: config.json (the architecture, per family in
+engine/models/families.py) plus the sentence-transformers files beside it (pooling,
+max_seq_length, lower-casing)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-# model_type -> offset added to position ids. RoBERTa-style models number positions
-# from pad_token_id + 1, so position 0 of the text is embedding row pad_token_id + 1.
-SUPPORTED_MODEL_TYPES = {"bert": False, "roberta": True, "xlm-roberta": True}
+from engine.models.families import MODEL_TYPES as SUPPORTED_MODEL_TYPES, family_of
+
 POOLING_MODES = ("mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens")
 # sentence-transformers modules we reproduce; anything else (Dense, ...) would change
 # the vectors, so we refuse it rather than return something subtly different.
@@ -17,33 +19,24 @@ KNOWN_ST_MODULES = ("Transformer", "Pooling", "Normalize")
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """What the embed path needs to know about a BERT-style model folder."""
+    """What the embed path needs to know about a model folder."""
 
     model_name: str             # folder name, for logs and manifests
-    model_type: str             # "bert" | "roberta" | "xlm-roberta"
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    hidden_act: str             # "gelu" | "gelu_new" | "gelu_pytorch_tanh" | "relu"
-    layer_norm_eps: float
-    max_position_embeddings: int
-    type_vocab_size: int
-    pad_token_id: int
-    position_offset: int        # 0 for BERT, pad_token_id + 1 for RoBERTa
+    model_type: str             # a key of SUPPORTED_MODEL_TYPES: "bert", "roberta", ...
+    family: str                 # "bert" (engine/models/families.py)
+    architecture: Any           # the family's config: BertConfig
+    hidden_size: int            # the embedding's size before Matryoshka truncation
+    max_positions: int          # longest text the architecture attends over correctly
     pooling: str                # one of POOLING_MODES
     max_seq_length: int         # tokens per text after truncation, special tokens included
     do_lower_case: bool         # sentence-transformers lowercases before tokenizing
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_heads}")
         if self.pooling not in POOLING_MODES:
             raise ValueError(f"unsupported pooling mode {self.pooling!r}; expected one of {POOLING_MODES}")
-        usable = self.max_position_embeddings - self.position_offset
-        if not 0 < self.max_seq_length <= usable:
-            raise ValueError(f"max_seq_length {self.max_seq_length} is outside 1..{usable} (position embeddings)")
+        if not 0 < self.max_seq_length <= self.max_positions:
+            raise ValueError(f"max_seq_length {self.max_seq_length} is outside 1..{self.max_positions} "
+                             "(what the model's positions cover)")
 
 
 def load_encoder_config(folder: str | Path) -> EncoderConfig:
@@ -51,33 +44,21 @@ def load_encoder_config(folder: str | Path) -> EncoderConfig:
     if not folder.is_dir():
         raise FileNotFoundError(f"model folder not found: {folder}")
     hf = _read_json(folder / "config.json", required=True)
-    model_type = hf.get("model_type", "")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        architectures = ", ".join(hf.get("architectures") or []) or "unknown"
-        raise ValueError(
-            f"unsupported architecture for mode 'embed': model_type {model_type!r} ({architectures}); "
-            f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
+    family = family_of(hf)
     _check_st_modules(folder)
-    pad_token_id = hf.get("pad_token_id", 0) or 0
-    position_offset = pad_token_id + 1 if SUPPORTED_MODEL_TYPES[model_type] else 0
+    architecture = family.config_from_hf(hf)
+    max_positions = family.max_positions(architecture)
     st_config = _read_json(folder / "sentence_bert_config.json")
+    pooling = _pooling_config(folder)
     return EncoderConfig(
         model_name=folder.resolve().name,
-        model_type=model_type,
-        vocab_size=hf["vocab_size"],
+        model_type=hf["model_type"],
+        family=family.name,
+        architecture=architecture,
         hidden_size=hf["hidden_size"],
-        num_layers=hf["num_hidden_layers"],
-        num_heads=hf["num_attention_heads"],
-        intermediate_size=hf["intermediate_size"],
-        hidden_act=hf.get("hidden_act", "gelu"),
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-        max_position_embeddings=hf["max_position_embeddings"],
-        type_vocab_size=hf.get("type_vocab_size", 2),
-        pad_token_id=pad_token_id,
-        position_offset=position_offset,
-        pooling=_pooling_mode(folder),
-        max_seq_length=st_config.get("max_seq_length") or _default_max_seq_length(folder, hf, position_offset),
+        max_positions=max_positions,
+        pooling=_pooling_mode(folder, pooling) or family.default_pooling,
+        max_seq_length=st_config.get("max_seq_length") or _default_max_seq_length(folder, max_positions),
         do_lower_case=bool(st_config.get("do_lower_case", False)),
     )
 
@@ -99,13 +80,17 @@ def _check_st_modules(folder: Path) -> None:
             raise ValueError(f"unsupported sentence-transformers module {module.get('type')!r} in {folder / 'modules.json'}")
 
 
-def _pooling_mode(folder: Path) -> str:
-    """The pooling named by the Pooling module's config; mean when there is none."""
+def _pooling_config(folder: Path) -> dict:
+    """The Pooling module's config.json; {} when the folder has none."""
     modules = _read_json(folder / "modules.json") or []
     pooling_dirs = [m.get("path", "") for m in modules if m.get("type", "").endswith("Pooling")]
-    pooling = _read_json(folder / (pooling_dirs[0] if pooling_dirs else "1_Pooling") / "config.json")
+    return _read_json(folder / (pooling_dirs[0] if pooling_dirs else "1_Pooling") / "config.json")
+
+
+def _pooling_mode(folder: Path, pooling: dict) -> str | None:
+    """The pooling the Pooling module's config names; None when there is no such config."""
     if not pooling:
-        return "mean"
+        return None
     if "pooling_mode" in pooling:     # newer sentence-transformers write the mode by name
         return pooling["pooling_mode"]
     chosen = [mode for mode in POOLING_MODES if pooling.get(_pooling_key(mode))]
@@ -119,9 +104,9 @@ def _pooling_key(mode: str) -> str:
             "max": "pooling_mode_max_tokens", "lasttoken": "pooling_mode_lasttoken"}.get(mode, f"pooling_mode_{mode}")
 
 
-def _default_max_seq_length(folder: Path, hf: dict, position_offset: int) -> int:
-    """Without sentence_bert_config.json: what the position table and tokenizer allow."""
-    limit = hf["max_position_embeddings"] - position_offset
+def _default_max_seq_length(folder: Path, max_positions: int) -> int:
+    """Without sentence_bert_config.json: what the model's positions and the tokenizer allow."""
+    limit = max_positions
     tokenizer_limit = _read_json(folder / "tokenizer_config.json").get("model_max_length")
     if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:
         limit = tokenizer_limit

@@ -14,7 +14,7 @@ from engine.config import EncoderConfig, load_encoder_config
 from engine.layers.pooling import finish, pool
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.loader.safetensors import assign_weights, read_weights, weight_files
-from engine.models.bert import BertModel, checkpoint_name_to_ours, fuse_qkv
+from engine.models.families import MODEL_TYPES
 from engine.outputs import EmbeddingOutput
 from engine.params import EmbedParams
 from engine.quant.checkpoint import load_fp8_state
@@ -31,7 +31,7 @@ CHUNK_ROWS = 8192
 
 
 class Embedder:
-    def __init__(self, config: EncoderConfig, tokenizer: Tokenizer, model: BertModel,
+    def __init__(self, config: EncoderConfig, tokenizer: Tokenizer, model: torch.nn.Module,
                  device: torch.device, max_batch_tokens: int):
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be positive, got {max_batch_tokens}")
@@ -49,13 +49,14 @@ class Embedder:
         """quantization: None or "fp8" / "fp8-block" (engine/quant/config.py); a folder whose
         config.json declares FP8 loads as FP8 either way."""
         config = load_encoder_config(folder)
+        family = MODEL_TYPES[config.model_type]
         checkpoint_fp8 = fp8_config_of_folder(folder)
         weight_files(folder)              # a missing weights file fails before anything is built
         tokenizer = Tokenizer.from_folder(folder, config.max_seq_length, config.do_lower_case)
-        state, fp8 = load_fp8_state(read_weights(folder, checkpoint_name_to_ours), checkpoint_fp8, quantization)
-        state = fuse_qkv(state)
+        state, fp8 = load_fp8_state(read_weights(folder, family.checkpoint_name_to_ours), checkpoint_fp8, quantization)
+        state = family.combine(state, config.architecture)
         with torch.device("meta"):
-            model = BertModel(config)
+            model = family.build(config.architecture)
         use_fp8_linears(model, state, fp8.block_cols if fp8 else None)
         assign_weights(model, state, folder)
         model = model.to(device=device, dtype=dtype).eval()

@@ -7,14 +7,56 @@ engine/batching.py): no padding, no mask. Q, K and V are one fused projection.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from engine.batching import PackedBatch
-from engine.config import EncoderConfig
 from engine.layers.attention import varlen_attention
 from engine.layers.linear import ACTIVATIONS, linear_act, linear_residual
+
+# model_type -> whether position ids are offset: RoBERTa-style models number positions
+# from pad_token_id + 1, so position 0 of the text is embedding row pad_token_id + 1.
+MODEL_TYPES = {"bert": False, "roberta": True, "xlm-roberta": True}
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """The architecture of a BERT / RoBERTa / XLM-R encoder, from its config.json."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    hidden_act: str             # "gelu" | "gelu_new" | "gelu_pytorch_tanh" | "relu"
+    layer_norm_eps: float
+    max_position_embeddings: int
+    type_vocab_size: int
+    pad_token_id: int
+    position_offset: int        # 0 for BERT, pad_token_id + 1 for RoBERTa
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_heads}")
+
+    @property
+    def max_positions(self) -> int:
+        """Tokens per text the position table covers."""
+        return self.max_position_embeddings - self.position_offset
+
+
+def bert_config_from_hf(hf: dict) -> BertConfig:
+    pad_token_id = hf.get("pad_token_id", 0) or 0
+    return BertConfig(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
+        num_heads=hf["num_attention_heads"], intermediate_size=hf["intermediate_size"],
+        hidden_act=hf.get("hidden_act", "gelu"), layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+        max_position_embeddings=hf["max_position_embeddings"], type_vocab_size=hf.get("type_vocab_size", 2),
+        pad_token_id=pad_token_id, position_offset=pad_token_id + 1 if MODEL_TYPES[hf["model_type"]] else 0,
+    )
+
 
 # Checkpoint name pieces -> ours, applied in order ("attention.output.dense" must go
 # before "output.dense"). Names outside the encoder (pooler, MLM head) are dropped.
@@ -62,7 +104,7 @@ def fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 class BertEmbeddings(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
@@ -79,7 +121,7 @@ class BertEmbeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_heads
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
@@ -94,7 +136,7 @@ class SelfAttention(nn.Module):
 class BertLayer(nn.Module):
     """Post-norm transformer block: x = norm(x + attn(x)); x = norm(x + ffn(x))."""
 
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         if config.hidden_act not in ACTIVATIONS:
             raise ValueError(f"unsupported hidden_act {config.hidden_act!r}; expected one of {sorted(ACTIVATIONS)}")
@@ -112,7 +154,7 @@ class BertLayer(nn.Module):
 
 
 class BertModel(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))

@@ -45,8 +45,8 @@ def test_missing_folder(tmp_path):
 
 def test_unsupported_architecture_is_named(tmp_path):
     _minilm_copy(tmp_path)
-    _rewrite_json(tmp_path / "config.json", model_type="llama", architectures=["LlamaForCausalLM"])
-    with pytest.raises(ValueError, match="LlamaForCausalLM"):
+    _rewrite_json(tmp_path / "config.json", model_type="t5", architectures=["T5EncoderModel"])
+    with pytest.raises(ValueError, match=r"model_type 't5' \(T5EncoderModel\); supported model types: bert, roberta"):
         Engine.from_pretrained(tmp_path, mode="embed")
 
 
@@ -86,7 +86,8 @@ def test_unknown_mode_and_dtype():
 
 def test_config_reads_sentence_transformers_files():
     config = load_encoder_config(MINILM)
-    assert (config.pooling, config.max_seq_length, config.hidden_size, config.position_offset) == ("mean", 256, 384, 0)
+    assert (config.pooling, config.max_seq_length, config.hidden_size, config.architecture.position_offset) == (
+        "mean", 256, 384, 0)
 
 
 def test_without_sentence_transformers_files_falls_back_to_the_model_limits(tmp_path):
