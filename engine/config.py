@@ -22,9 +22,9 @@ class EncoderConfig:
     """What the embed path needs to know about a model folder."""
 
     model_name: str             # folder name, for logs and manifests
-    model_type: str             # a key of SUPPORTED_MODEL_TYPES: "bert", "roberta", ...
-    family: str                 # "bert" (engine/models/families.py)
-    architecture: Any           # the family's config: BertConfig
+    model_type: str             # a key of SUPPORTED_MODEL_TYPES: "bert", "modernbert", ...
+    family: str                 # "bert" | "modernbert" (engine/models/families.py)
+    architecture: Any           # the family's config: BertConfig or ModernBertConfig
     hidden_size: int            # the embedding's size before Matryoshka truncation
     max_positions: int          # longest text the architecture attends over correctly
     pooling: str                # one of POOLING_MODES

