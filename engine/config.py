@@ -22,9 +22,9 @@ class EncoderConfig:
     """What the embed path needs to know about a model folder."""
 
     model_name: str             # folder name, for logs and manifests
-    model_type: str             # a key of SUPPORTED_MODEL_TYPES: "bert", "modernbert", ...
-    family: str                 # "bert" | "modernbert" (engine/models/families.py)
-    architecture: Any           # the family's config: BertConfig or ModernBertConfig
+    model_type: str             # a key of SUPPORTED_MODEL_TYPES: "bert", "modernbert", "qwen3", ...
+    family: str                 # "bert" | "modernbert" | "decoder" (engine/models/families.py)
+    architecture: Any           # the family's config: BertConfig, ModernBertConfig or DecoderConfig
     hidden_size: int            # the embedding's size before Matryoshka truncation
     max_positions: int          # longest text the architecture attends over correctly
     pooling: str                # one of POOLING_MODES
@@ -61,6 +61,16 @@ def load_encoder_config(folder: str | Path) -> EncoderConfig:
         max_seq_length=st_config.get("max_seq_length") or _default_max_seq_length(folder, max_positions),
         do_lower_case=bool(st_config.get("do_lower_case", False)),
     )
+
+
+def is_embedding_folder(folder: str | Path) -> bool:
+    """A sentence-transformers folder (modules.json), or an encoder-only architecture.
+    Qwen3-Embedding's config.json names Qwen3ForCausalLM: its modules.json says it embeds."""
+    folder = Path(folder)
+    if (folder / "modules.json").is_file():
+        return True
+    family = SUPPORTED_MODEL_TYPES.get(_read_json(folder / "config.json").get("model_type", ""))
+    return family is not None and family.name != "decoder"
 
 
 def _read_json(path: Path, required: bool = False) -> dict:

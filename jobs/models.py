@@ -96,7 +96,8 @@ def resolve_model(name_or_path: str, env: dict[str, str] | None = None) -> Model
 def model_mode(path: str) -> str:
     """The mode a model serves, from its files: a GGUF file or a *ForCausalLM config is a
     text generator, Whisper (Hugging Face, CTranslate2 or .pt) transcribes, anything else
-    (BERT-style) embeds."""
+    (BERT-style) embeds, and so does a sentence-transformers folder (modules.json) whatever
+    its config.json says: Qwen3-Embedding names Qwen3ForCausalLM."""
     if _is_gguf(path):
         return "generate"
     if _is_whisper_pt(path):
@@ -106,6 +107,8 @@ def model_mode(path: str) -> str:
     # A CTranslate2 Whisper config.json has no architectures, but its language ids.
     if any(name.startswith("Whisper") for name in architectures) or "lang_ids" in config:
         return "transcribe"
+    if Path(path, "modules.json").is_file():
+        return "embed"
     if any(name.endswith("ForCausalLM") for name in architectures):
         return "generate"
     return "embed"

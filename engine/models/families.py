@@ -15,7 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.models import bert, modernbert
+from engine.generate.model_config import SUPPORTED_MODEL_TYPES as DECODER_MODEL_TYPES
+from engine.generate.model_config import decoder_config_from_hf
+from engine.models import bert, llama, modernbert
 
 State = dict[str, torch.Tensor]
 
@@ -37,10 +39,16 @@ BERT = EmbedFamily("bert", bert.bert_config_from_hf, bert.checkpoint_name_to_our
 MODERNBERT = EmbedFamily("modernbert", modernbert.modernbert_config_from_hf, modernbert.checkpoint_name_to_ours,
                          lambda state, config: state, modernbert.ModernBertModel,
                          lambda config: config.max_positions, "mean")
+# LLM-based embedders (Qwen3-Embedding, ...) pool the last token: under causal attention
+# it is the only one that has seen the whole text.
+DECODER = EmbedFamily("decoder", lambda hf: decoder_config_from_hf(hf, hf.get("eos_token_id")),
+                      llama.embedding_checkpoint_name_to_ours, llama.pack_hf_weights, llama.LlamaForEmbedding,
+                      lambda config: config.max_model_len, "lasttoken")
 
 MODEL_TYPES: dict[str, EmbedFamily] = {
     **{model_type: BERT for model_type in bert.MODEL_TYPES},
     "modernbert": MODERNBERT,
+    **{model_type: DECODER for model_type in DECODER_MODEL_TYPES},
 }
 
 

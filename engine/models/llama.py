@@ -1,4 +1,5 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) over a paged KV cache.
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3): over a paged KV cache for generation
+(LlamaForCausalLM), over a packed batch for embeddings (LlamaForEmbedding).
 
 One module for the family: Qwen2 adds a bias to q/k/v, Qwen3 an RMSNorm on each head
 of q and k; everything else is Llama. Q/K/V and gate/up are fused into one matmul each
@@ -11,10 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.batching import PackedBatch
 from engine.generate.attention import AttentionMetadata, paged_attention
 from engine.generate.kv_cache import KVCache
 from engine.generate.model_config import DecoderConfig
 from engine.generate.rotary import Rotary, apply_rotary
+from engine.layers.attention import packed_attention
 
 Rope = tuple[torch.Tensor, torch.Tensor]     # cos, sin [num_tokens, 1, head_dim], computed once per step
 
@@ -47,6 +50,13 @@ class Attention(nn.Module):
 
     def forward(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
                 kv_cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        q, k, v = self.project(hidden, rope)
+        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        return self.o_proj(out.reshape(-1, self.q_size))
+
+    def project(self, hidden: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """hidden [num_tokens, hidden_size] -> q [num_tokens, num_heads, head_dim] and k, v
+        [num_tokens, num_kv_heads, head_dim], q and k normed (Qwen3) and rotated."""
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
@@ -54,8 +64,7 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, k, *rope)
-        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        return q, k, v
 
 
 class MLP(nn.Module):
@@ -116,6 +125,42 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Only for the rows that are sampled or scored: the LM head is the widest matmul."""
         return self.lm_head(hidden).float()
+
+
+class LlamaForEmbedding(nn.Module):
+    """The same decoder as an embedding model (Qwen3-Embedding and other LLM-based embedders):
+    forward: a packed batch -> final hidden states [num_tokens, hidden_size].
+
+    Every text is a whole prompt seen once, so there is no KV cache and no LM head: the
+    layers' attention is causal within each text of the packed batch (engine/batching.py),
+    and the embedder pools the hidden states (usually the last token's).
+    """
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.config = config
+        self.rotary = Rotary(config)
+        self.model = LlamaModel(config)
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        hidden = self.model.embed_tokens(batch.input_ids)
+        rope = self.rotary.cos_sin(batch.positions, hidden.dtype)
+        for layer in self.model.layers:
+            attention = layer.self_attn
+            q, k, v = attention.project(layer.input_layernorm(hidden), rope)
+            attended = packed_attention(q, k, v, batch.groups, is_causal=True)
+            hidden = hidden + attention.o_proj(attended.reshape(-1, attention.q_size))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        return self.model.norm(hidden)
+
+
+def embedding_checkpoint_name_to_ours(name: str) -> str | None:
+    """Names as LlamaForEmbedding has them: a base-model checkpoint (what sentence-transformers
+    saves, e.g. Qwen3-Embedding) lacks the "model." prefix; a causal-LM one has it, and an LM
+    head the embedder never uses."""
+    if name.startswith("lm_head.") or "rotary_emb" in name:
+        return None
+    return name if name.startswith("model.") else f"model.{name}"
 
 
 def pack_hf_weights(state: dict[str, torch.Tensor], config: DecoderConfig) -> dict[str, torch.Tensor]:

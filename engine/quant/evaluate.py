@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from engine.config import SUPPORTED_MODEL_TYPES as ENCODER_MODEL_TYPES
+from engine.config import is_embedding_folder
 from engine.engine import Engine
 from engine.generate import SamplingParams
 from engine.layers.fp8_linear import fp8_weight_bytes
@@ -80,7 +79,7 @@ def detect_mode(model: str | Path) -> str:
     config = path / "config.json"
     if not config.is_file():
         raise FileNotFoundError(f"config.json not found in model folder {path}")
-    return "embed" if json.loads(config.read_text()).get("model_type") in ENCODER_MODEL_TYPES else "generate"
+    return "embed" if is_embedding_folder(path) else "generate"
 
 
 def evaluate(model: str | Path, quantization: str = "fp8", mode: str | None = None, texts: list[str] | None = None,

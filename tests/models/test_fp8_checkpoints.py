@@ -120,4 +120,7 @@ def test_eval_quant_command_reports_perplexity_and_agreement(qwen3, capsys):
     out = capsys.readouterr().out
     assert "generate model, fp8 vs float32, 4 samples" in out
     assert "perplexity over 128 tokens" in out and "greedy agreement" in out
-    assert main(["eval-quant", str(qwen3), "--mode", "embed"]) == 2
+    # A decoder folder embeds too (last-token pooling): the embed comparison runs on it.
+    assert main(["eval-quant", str(qwen3), "--mode", "embed", "--samples", "40"]) == 0
+    assert "embed model, fp8 vs float32, 40 samples" in capsys.readouterr().out
+    assert main(["eval-quant", str(qwen3.parent / "no-such-model")]) == 2

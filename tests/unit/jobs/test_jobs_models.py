@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from jobs.models import ModelRef, registered_models, resolve_model
+from jobs.models import ModelRef, model_mode, registered_models, resolve_model
 
 BUILTIN_KEY = "all-MiniLM-L6-v2"   # the first, in sorted order, of the built-in aliases
 
@@ -128,3 +128,17 @@ def test_a_file_is_not_a_model_folder(tmp_path):
 def test_a_malformed_barge_models_entry_is_refused(entry):
     with pytest.raises(ValueError, match=r"^BARGE_MODELS: entry .* is not name=path"):
         registered_models({"BARGE_MODELS": f"ok=/x,{entry}"})
+
+
+@pytest.mark.parametrize("config, files, mode", [
+    ({"model_type": "bert", "architectures": ["BertModel"]}, (), "embed"),
+    ({"model_type": "modernbert", "architectures": ["ModernBertModel"]}, (), "embed"),
+    ({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}, (), "generate"),
+    # Qwen3-Embedding names Qwen3ForCausalLM; its sentence-transformers files say it embeds
+    ({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}, ("modules.json",), "embed"),
+])
+def test_model_mode_from_the_folder(tmp_path, config, files, mode):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for name in files:
+        (tmp_path / name).write_text("[]")
+    assert model_mode(str(tmp_path)) == mode
