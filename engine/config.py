@@ -68,6 +68,7 @@ def load_encoder_config(folder: str | Path) -> EncoderConfig:
         raise FileNotFoundError(f"model folder not found: {folder}")
     hf = _read_json(folder / "config.json", required=True)
     family = family_of(hf)
+    _check_no_remote_code(folder, hf)
     _check_st_modules(folder)
     architecture = family.config_from_hf(hf)
     max_positions = family.max_positions(architecture)
@@ -107,6 +108,16 @@ def _read_json(path: Path, required: bool = False) -> dict:
         return {}
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def _check_no_remote_code(folder: Path, hf: dict) -> None:
+    """A config that maps AutoModel to its own code (gte-Qwen2's bidirectional Qwen2, Jina's
+    ALiBi BERT) keeps a stock model_type and often stock weight names: run as the stock
+    architecture it would give other vectors without any error, so it is refused."""
+    remote = (hf.get("auto_map") or {}).get("AutoModel")
+    if remote:
+        raise ValueError(f"{folder / 'config.json'} maps AutoModel to remote code ({remote}); Barge runs only the "
+                         f"stock {hf.get('model_type')!r} architecture, which would give different vectors")
 
 
 def _check_st_modules(folder: Path) -> None:

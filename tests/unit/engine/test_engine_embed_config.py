@@ -44,6 +44,14 @@ def test_a_max_seq_length_past_the_sliding_window_is_refused(tmp_path):
         load_encoder_config(tmp_path)
 
 
+def test_a_model_with_its_own_modeling_code_is_refused(tmp_path):
+    """gte-Qwen2-instruct says qwen2 but attends bidirectionally in its own code."""
+    model_folder(tmp_path, {**QWEN3, "model_type": "qwen2",
+                            "auto_map": {"AutoModel": "Alibaba-NLP/gte-Qwen2--modeling_qwen.Qwen2Model"}})
+    with pytest.raises(ValueError, match=r"maps AutoModel to remote code \(Alibaba-NLP/gte-Qwen2--modeling_qwen"):
+        load_encoder_config(tmp_path)
+
+
 @pytest.mark.parametrize("keys, is_global, thetas", [
     ({}, (True, False, False, True), (160000.0, 10000.0)),                 # the defaults
     ({"global_attn_every_n_layers": 2, "global_rope_theta": 80000.0, "local_rope_theta": 5000.0},
