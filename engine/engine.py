@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.cpu_memory import keep_freed_memory
 from engine.embedder import Embedder
 from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, SamplingParams
 from engine.outputs import EmbeddingOutput
@@ -49,6 +50,8 @@ class Engine:
         where engine.whisper.build's hook allows it (not yet)."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+        if resolve_device(device).type == "cpu":
+            keep_freed_memory()     # steps allocate tens of MB each: reuse it, not page-fault it
         if mode == "transcribe":
             return cls._load_transcriber(path, dtype, device, quantization, generate_options)
         dtype = "float32" if dtype is None else dtype

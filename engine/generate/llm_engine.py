@@ -25,6 +25,7 @@ from engine.generate.runner import ModelRunner, ModelRunnerOutput
 from engine.generate.sampling_params import SamplingParams
 from engine.generate.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.generate.tokenizer import TextTokenizer
+from engine.layers.packed_linear import pack_linears
 from engine.models.llama import LlamaForCausalLM
 from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
@@ -73,7 +74,9 @@ class LLMEngine:
     def load(cls, path: str | Path, dtype: torch.dtype, device: torch.device,
              options: GenerateOptions | None = None, quantization: str | None = None) -> "LLMEngine":
         model, config, tokenizer = load_decoder(path, dtype, device, quantization)
-        return cls(model, config, tokenizer, options or GenerateOptions(), dtype, device)
+        options = options or GenerateOptions()
+        pack_linears(model, options.max_num_seqs)    # CPU fp32: weights reordered once for oneDNN
+        return cls(model, config, tokenizer, options, dtype, device)
 
     @property
     def settings(self) -> dict:

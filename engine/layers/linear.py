@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.layers.packed_linear import PackedLinear
+
 # hidden_act -> (oneDNN post-op, its algorithm); the unfused twin is in ACTIVATIONS.
 ONEDNN_ACTIVATIONS = {
     "gelu": ("gelu", "none"),
@@ -42,10 +44,16 @@ def _can_fuse(x: torch.Tensor) -> bool:
     return HAS_ONEDNN_LINEAR and x.device.type == "cpu" and x.dtype in FUSED_DTYPES and x.dim() == 2
 
 
+def _is_plain(linear: nn.Module) -> bool:
+    """An nn.Linear, or one whose weight oneDNN packed (engine.layers.packed_linear):
+    their weight goes to oneDNN as it is. Not an Fp8Linear."""
+    return type(linear) in (nn.Linear, PackedLinear)
+
+
 def linear_act(x: torch.Tensor, linear: nn.Module, act: str) -> torch.Tensor:
-    """act(linear(x)); x: [num_tokens, in] -> [num_tokens, out]. Only a plain nn.Linear
-    fuses; another layer (Fp8Linear) runs its own matmul, then the activation."""
-    if isinstance(linear, nn.Linear) and _can_fuse(x) and act in ONEDNN_ACTIVATIONS:
+    """act(linear(x)); x: [num_tokens, in] -> [num_tokens, out]. Only a plain (or packed)
+    linear fuses; another layer (Fp8Linear) runs its own matmul, then the activation."""
+    if _is_plain(linear) and _can_fuse(x) and act in ONEDNN_ACTIVATIONS:
         attr, algorithm = ONEDNN_ACTIVATIONS[act]
         return torch.ops.mkldnn._linear_pointwise(x, linear.weight, linear.bias, attr, [], algorithm)
     return ACTIVATIONS[act](linear(x))
@@ -53,7 +61,7 @@ def linear_act(x: torch.Tensor, linear: nn.Module, act: str) -> torch.Tensor:
 
 def linear_residual(x: torch.Tensor, linear: nn.Module, residual: torch.Tensor) -> torch.Tensor:
     """residual + linear(x); x: [num_tokens, in], residual: [num_tokens, out]."""
-    if (isinstance(linear, nn.Linear) and _can_fuse(x) and residual.is_contiguous()
+    if (_is_plain(linear) and _can_fuse(x) and residual.is_contiguous()
             and residual.dtype == x.dtype):
         return torch.ops.mkldnn._linear_pointwise.binary(x, residual, linear.weight, linear.bias, "add")
     return residual + linear(x)

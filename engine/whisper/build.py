@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from engine.layers.packed_linear import pack_linears
 from engine.whisper.decoding import ChunkDecoder
 from engine.whisper.loader import Checkpoint, load_checkpoint
 from engine.whisper.logit_rules import LogitRules
@@ -31,8 +32,9 @@ def load_transcriber(path: str | Path, dtype: torch.dtype, device: torch.device,
     tokenizer = WhisperTokenizer(checkpoint.config, checkpoint.folder)
     rules = LogitRules(tokenizer, *_suppress_lists(checkpoint, tokenizer))
     kind = device.type if device.type in DEFAULT_MAX_SLOTS else "cuda"
-    decoder = ChunkDecoder(model, tokenizer, rules, max_slots or DEFAULT_MAX_SLOTS[kind],
-                           max_admit or DEFAULT_MAX_ADMIT[kind])
+    max_slots = max_slots or DEFAULT_MAX_SLOTS[kind]
+    pack_linears(model, max_slots)     # CPU fp32: weights reordered once for oneDNN
+    decoder = ChunkDecoder(model, tokenizer, rules, max_slots, max_admit or DEFAULT_MAX_ADMIT[kind])
     return Transcriber(decoder)
 
 
