@@ -12,12 +12,11 @@ engine/quant/fp8.py): w[n, k] = q[n, k] * scale[n, k // group_size].
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.precision import dot_in_fp32
 from engine.quant.fp8 import dequantize, expand_scale
 
 
@@ -47,13 +46,6 @@ def _weight_only_kernel(x_ptr, w_ptr, s_ptr, bias_ptr, out_ptr, M, N, K, group_s
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def _dot_in_fp32(dtype: torch.dtype) -> bool:
-    # fp32 activations dot in fp32. bf16 ones too under TRITON_INTERPRET=1: Triton 3.9's
-    # interpreter gets tl.dot on bfloat16 operands wrong (errors ~1e10 on a 16x16 product,
-    # fp16 and fp8 are right), so interpreted tests check the bf16 path with an fp32 dot.
-    return dtype == torch.float32 or (dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1")
-
-
 def _block_m(num_tokens: int) -> int:
     # tl.dot needs at least 16 rows; decode batches are small, prefill batches large.
     return 16 if num_tokens <= 16 else (32 if num_tokens <= 32 else 64)
@@ -70,7 +62,7 @@ def fp8_weight_only_matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.T
     _weight_only_kernel[grid](x, weight, scale, bias if bias is not None else scale, out,
                               num_tokens, out_features, in_features, group_size,
                               x.stride(0), weight.stride(0), scale.stride(0), out.stride(0),
-                              HAS_BIAS=bias is not None, DOT_FP32=_dot_in_fp32(x.dtype),
+                              HAS_BIAS=bias is not None, DOT_FP32=dot_in_fp32(x.dtype),
                               BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
     return out
 
