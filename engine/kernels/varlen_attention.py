@@ -6,7 +6,7 @@ gives where each text starts, so text s is rows cu_seqlens[s]:cu_seqlens[s + 1]:
 
     q rows       | a a a | b b b b b | c c |
     cu_seqlens   0       3           8     10
-    grid         (query blocks of max_seqlen, num_seqs, num_heads); a program whose query
+    grid         (num_seqs, query blocks of max_seqlen, num_heads); a program whose query
                  block lies past its text's end returns at once
 
 A query attends to the keys of its own text only, limited further by `causal` (j <= i) and
@@ -34,10 +34,10 @@ def _varlen_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, cu_seqlens_ptr, scale
                              GROUP_SIZE: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
                              DOT_FP32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                              HEAD_DIM: tl.constexpr):
-    seq, head = tl.program_id(1), tl.program_id(2)
+    seq, head = tl.program_id(0), tl.program_id(2)
     seq_start = tl.load(cu_seqlens_ptr + seq)
     seq_len = tl.load(cu_seqlens_ptr + seq + 1) - seq_start
-    m_start = tl.program_id(0) * BLOCK_M
+    m_start = tl.program_id(1) * BLOCK_M
     if m_start >= seq_len:
         return
     kv_head = head // GROUP_SIZE
@@ -123,7 +123,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         return out
     block_m = block_m or _block_size(max_seqlen, head_dim)
     block_n = block_n or _block_size(max_seqlen, head_dim)
-    grid = (triton.cdiv(max_seqlen, block_m), num_seqs, num_heads)
+    # Texts on the first grid axis: it alone may exceed 65535 (a batch of many short texts).
+    grid = (num_seqs, triton.cdiv(max_seqlen, block_m), num_heads)
     _varlen_attention_kernel[grid](
         q, k, v, out, cu_seqlens, softmax_scale or 1.0 / math.sqrt(head_dim), half_window or 0, head_dim,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
