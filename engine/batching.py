@@ -40,6 +40,7 @@ class PackedBatch:
     positions: torch.Tensor             # [num_tokens] int64, 0-based position inside its text
     seq_lens: torch.Tensor              # [num_seqs] int64
     groups: tuple[AttentionGroup, ...]  # runs of equal length, covering input_ids in order
+    cu_seqlens: torch.Tensor            # [num_seqs + 1] int32, text s is input_ids[cu[s]:cu[s + 1]] (GPU kernel)
 
     @property
     def num_tokens(self) -> int:
@@ -47,7 +48,7 @@ class PackedBatch:
 
     def to(self, device: torch.device) -> "PackedBatch":
         return replace(self, input_ids=self.input_ids.to(device), positions=self.positions.to(device),
-                       seq_lens=self.seq_lens.to(device))
+                       seq_lens=self.seq_lens.to(device), cu_seqlens=self.cu_seqlens.to(device))
 
 
 def plan_batches(lengths: list[int], max_batch_tokens: int) -> list[list[int]]:
@@ -85,6 +86,13 @@ def attention_groups(seq_lens: list[int]) -> tuple[AttentionGroup, ...]:
     return tuple(groups)
 
 
+def cu_seqlens(groups: tuple[AttentionGroup, ...]) -> torch.Tensor:
+    """int32 [num_seqs + 1]: where each text of the groups starts, then where the last ends."""
+    starts = [group.start + index * group.seq_len for group in groups for index in range(group.num_seqs)]
+    end = groups[-1].start + groups[-1].num_tokens if groups else 0
+    return torch.tensor([*starts, end], dtype=torch.int32)
+
+
 def pack(token_ids: list[list[int]], rows: list[int]) -> PackedBatch:
     """The PackedBatch of token_ids[row] for each row, in the order given."""
     seq_lens = [len(token_ids[row]) for row in rows]
@@ -92,5 +100,6 @@ def pack(token_ids: list[list[int]], rows: list[int]) -> PackedBatch:
     flat = torch.tensor([token for row in rows for token in token_ids[row]], dtype=torch.long)
     starts = torch.cumsum(lens, 0) - lens
     positions = torch.arange(flat.shape[0]) - torch.repeat_interleave(starts, lens)
-    return PackedBatch(rows=list(rows), input_ids=flat, positions=positions, seq_lens=lens,
-                       groups=attention_groups(seq_lens))
+    groups = attention_groups(seq_lens)
+    return PackedBatch(rows=list(rows), input_ids=flat, positions=positions, seq_lens=lens, groups=groups,
+                       cu_seqlens=cu_seqlens(groups))

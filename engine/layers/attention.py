@@ -1,27 +1,72 @@
-"""Self-attention over a packed batch: one dense call per run of equal-length texts."""
+"""Self-attention over a packed batch.
+
+On CPU: one dense SDPA call per run of equal-length texts (views of the flat tensor, no
+padding). On CUDA: one Triton varlen kernel call for the whole batch
+(engine/kernels/varlen_attention.py), texts delimited by the batch's cu_seqlens. Where
+Triton is missing or head_dim is over the kernel's limit, CUDA takes the SDPA path too.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
 from engine.batching import AttentionGroup
+from engine.batching import cu_seqlens as groups_cu_seqlens
+
+KERNEL_MAX_HEAD_DIM = 128      # engine.kernels.varlen_attention.MAX_HEAD_DIM, without importing Triton
 
 
-def varlen_attention(qkv: torch.Tensor, groups: tuple[AttentionGroup, ...], num_heads: int) -> torch.Tensor:
+@dataclass(frozen=True)
+class SlidingWindow:
+    """Local attention (ModernBERT): a token sees only those at most half_window positions away."""
+
+    half_window: int
+    masks: tuple[torch.Tensor | None, ...] | None   # band_masks per group for the SDPA path; None: not built
+
+
+def sliding_window(groups: tuple[AttentionGroup, ...], half_window: int, device: torch.device) -> SlidingWindow:
+    """The window of one forward pass, shared by its local layers. The masks are built only
+    where SDPA will need them: the GPU kernel applies the window itself."""
+    masks = None if kernel_runs_on(device) else band_masks(groups, half_window, device)
+    return SlidingWindow(half_window, masks)
+
+
+def kernel_runs_on(device: torch.device, head_dim: int = KERNEL_MAX_HEAD_DIM) -> bool:
+    return device.type == "cuda" and head_dim <= KERNEL_MAX_HEAD_DIM and _varlen_kernel() is not None
+
+
+def _varlen_kernel() -> ModuleType | None:
+    try:        # Triton only where a GPU runs it
+        from engine.kernels import varlen_attention
+    except ImportError:
+        return None
+    return varlen_attention
+
+
+def varlen_attention(qkv: torch.Tensor, groups: tuple[AttentionGroup, ...], num_heads: int,
+                     cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """qkv: [num_tokens, 3 * hidden] (q | k | v, heads inside each) -> [num_tokens, hidden].
 
     Bidirectional: a token attends to every token of its own text and to nothing else.
-    Each group is a view of the flat tensor, so no mask and no padding: SDPA's fused
-    CPU kernel takes the strided views as they are.
+    cu_seqlens: the batch's (PackedBatch.cu_seqlens, on qkv's device) for the GPU kernel;
+    built from the groups if not given.
     """
     num_tokens, width = qkv.shape
     hidden = width // 3
     head_dim = hidden // num_heads
+    if kernel_runs_on(qkv.device, head_dim):
+        q, k, v = qkv.view(num_tokens, 3, num_heads, head_dim).unbind(1)
+        return _attend_on_kernel(q, k, v, groups, cu_seqlens, None, False).view(num_tokens, hidden)
     out = qkv.new_empty(num_tokens, hidden)
     for group in groups:
         end = group.start + group.num_tokens
         # [num_seqs, seq_len, 3, heads, head_dim] -> 3 x [num_seqs, heads, seq_len, head_dim]
+        # Each group is a view of the flat tensor, so no mask and no padding: SDPA's fused
+        # CPU kernel takes the strided views as they are.
         q, k, v = qkv[group.start:end].view(group.num_seqs, group.seq_len, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4)
         attended = F.scaled_dot_product_attention(q, k, v)
         out[group.start:end].view(group.num_seqs, group.seq_len, num_heads, head_dim).copy_(attended.transpose(1, 2))
@@ -29,15 +74,20 @@ def varlen_attention(qkv: torch.Tensor, groups: tuple[AttentionGroup, ...], num_
 
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: tuple[AttentionGroup, ...],
-                     masks: tuple[torch.Tensor | None, ...] | None = None, is_causal: bool = False) -> torch.Tensor:
+                     window: SlidingWindow | None = None, is_causal: bool = False,
+                     cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """q [num_tokens, num_heads, head_dim], k/v [num_tokens, num_kv_heads, head_dim] -> like q.
 
     The unfused twin of varlen_attention, for models that rotate q and k first. Each
     text attends only to itself; within it, `is_causal` (decoders) limits a token to
-    those before it, and masks[i] (bool [seq_len, seq_len] for groups[i], None: no
-    limit) to a band (ModernBERT's local layers). Fewer kv heads than query heads is
-    grouped-query attention.
+    those before it, and `window` to a band (ModernBERT's local layers). Fewer kv heads
+    than query heads is grouped-query attention.
     """
+    if kernel_runs_on(q.device, q.shape[-1]):
+        return _attend_on_kernel(q, k, v, groups, cu_seqlens, window, is_causal)
+    masks = None
+    if window is not None:
+        masks = window.masks if window.masks is not None else band_masks(groups, window.half_window, q.device)
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
     out = torch.empty_like(q)
     for index, group in enumerate(groups):
@@ -52,6 +102,16 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: 
                                                   enable_gqa=num_kv_heads != num_heads)
         out[rows].unflatten(0, shape).copy_(attended.transpose(1, 2))
     return out
+
+
+def _attend_on_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: tuple[AttentionGroup, ...],
+                      cu_seqlens: torch.Tensor | None, window: SlidingWindow | None, is_causal: bool) -> torch.Tensor:
+    """The whole packed batch in one Triton call (its device's; the tests run it interpreted on CPU)."""
+    if cu_seqlens is None:
+        cu_seqlens = groups_cu_seqlens(groups).to(q.device)
+    max_seqlen = max((group.seq_len for group in groups), default=0)
+    return _varlen_kernel().varlen_attention(q, k, v, cu_seqlens, max_seqlen, causal=is_causal,
+                                             half_window=window.half_window if window is not None else None)
 
 
 def band_masks(groups: tuple[AttentionGroup, ...], half_window: int, device: torch.device,

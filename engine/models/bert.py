@@ -129,7 +129,7 @@ class SelfAttention(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """hidden: [num_tokens, hidden] -> hidden + attention(hidden), before the norm."""
-        attended = varlen_attention(self.qkv(hidden), batch.groups, self.num_heads)
+        attended = varlen_attention(self.qkv(hidden), batch.groups, self.num_heads, batch.cu_seqlens)
         return linear_residual(attended, self.out, hidden)
 
 

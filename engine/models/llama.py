@@ -148,7 +148,7 @@ class LlamaForEmbedding(nn.Module):
         for layer in self.model.layers:
             attention = layer.self_attn
             q, k, v = attention.project(layer.input_layernorm(hidden), rope)
-            attended = packed_attention(q, k, v, batch.groups, is_causal=True)
+            attended = packed_attention(q, k, v, batch.groups, is_causal=True, cu_seqlens=batch.cu_seqlens)
             hidden = hidden + attention.o_proj(attended.reshape(-1, attention.q_size))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return self.model.norm(hidden)

@@ -23,7 +23,7 @@ from torch import nn
 
 from engine.batching import PackedBatch
 from engine.generate.rotary import apply_rotary
-from engine.layers.attention import band_masks, packed_attention
+from engine.layers.attention import SlidingWindow, packed_attention, sliding_window
 from engine.layers.linear import ACTIVATIONS, linear_residual
 
 DEFAULT_GLOBAL_ROPE_THETA, DEFAULT_LOCAL_ROPE_THETA = 160_000.0, 10_000.0
@@ -130,12 +130,12 @@ class ModernBertAttention(nn.Module):
         self.Wo = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
 
     def forward(self, normed: torch.Tensor, residual: torch.Tensor, rope: Rope, batch: PackedBatch,
-                masks: tuple[torch.Tensor | None, ...] | None) -> torch.Tensor:
+                window: SlidingWindow | None) -> torch.Tensor:
         """residual + attention(normed); both [num_tokens, hidden]."""
         q, k, v = self.Wqkv(normed).view(-1, 3, self.num_heads, self.head_dim).unbind(1)
         # Rotated in fp32 as the reference does; only 16-bit runs see the difference.
         q, k = (x.to(normed.dtype) for x in apply_rotary(q.float(), k.float(), *rope))
-        attended = packed_attention(q, k, v, batch.groups, masks)
+        attended = packed_attention(q, k, v, batch.groups, window, cu_seqlens=batch.cu_seqlens)
         return linear_residual(attended.flatten(1), self.Wo, residual)
 
 
@@ -167,8 +167,8 @@ class ModernBertLayer(nn.Module):
         self.is_global = config.is_global[index]
 
     def forward(self, hidden: torch.Tensor, rope: Rope, batch: PackedBatch,
-                masks: tuple[torch.Tensor | None, ...] | None) -> torch.Tensor:
-        hidden = self.attn(self.attn_norm(hidden), hidden, rope, batch, masks)
+                window: SlidingWindow | None) -> torch.Tensor:
+        hidden = self.attn(self.attn_norm(hidden), hidden, rope, batch, window)
         return self.mlp(self.mlp_norm(hidden), hidden)
 
 
@@ -186,10 +186,10 @@ class ModernBertModel(nn.Module):
         hidden = self.embeddings(batch.input_ids)
         global_rope = rope_cos_sin(batch.positions, config.head_dim, config.global_rope_theta)
         local_rope = rope_cos_sin(batch.positions, config.head_dim, config.local_rope_theta)
-        local_masks = band_masks(batch.groups, config.local_attention // 2, hidden.device)
+        local_window = sliding_window(batch.groups, config.local_attention // 2, hidden.device)
         for layer in self.layers:
             if layer.is_global:
                 hidden = layer(hidden, global_rope, batch, None)
             else:
-                hidden = layer(hidden, local_rope, batch, local_masks)
+                hidden = layer(hidden, local_rope, batch, local_window)
         return self.final_norm(hidden)

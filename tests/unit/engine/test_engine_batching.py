@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from engine.batching import AttentionGroup, attention_groups, pack, plan_batches
+from engine.batching import AttentionGroup, attention_groups, cu_seqlens, pack, plan_batches
 
 
 @pytest.mark.parametrize("lengths, budget, expected", [
@@ -55,3 +55,13 @@ def test_pack_lays_texts_end_to_end_in_the_order_given():
     assert batch.seq_lens.tolist() == [2, 3, 4]
     assert batch.num_tokens == 9
     assert batch.input_ids.dtype == batch.positions.dtype == torch.long
+    assert batch.cu_seqlens.tolist() == [0, 2, 5, 9] and batch.cu_seqlens.dtype == torch.int32
+
+
+@pytest.mark.parametrize("seq_lens, expected", [
+    ([], [0]),
+    ([4], [0, 4]),
+    ([2, 2, 3, 5, 5, 5], [0, 2, 4, 7, 12, 17, 22]),
+])
+def test_cu_seqlens_are_where_each_text_of_the_groups_starts(seq_lens, expected):
+    assert cu_seqlens(attention_groups(seq_lens)).tolist() == expected

@@ -1,11 +1,16 @@
-"""packed_attention and band_masks against plain attention run one text at a time."""
+"""packed_attention, varlen_attention and band_masks against plain attention run one text at a
+time: the CPU path (SDPA per group), and the GPU path (the Triton kernel over the whole batch)
+run here by Triton's interpreter with the device check forced open."""
+
+import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from engine.batching import attention_groups
-from engine.layers.attention import band_masks, packed_attention
+from engine.layers import attention
+from engine.layers.attention import band_masks, packed_attention, sliding_window, varlen_attention
 
 HEAD_DIM = 8
 
@@ -47,8 +52,8 @@ def test_matches_one_text_at_a_time(is_causal, half_window, num_kv_heads):
     seq_lens = [1, 3, 3, 6, 9, 9]
     q, k, v = random_qkv(sum(seq_lens), 4, num_kv_heads)
     groups = attention_groups(seq_lens)
-    masks = band_masks(groups, half_window, q.device) if half_window is not None else None
-    ours = packed_attention(q, k, v, groups, masks, is_causal=is_causal)
+    window = sliding_window(groups, half_window, q.device) if half_window is not None else None
+    ours = packed_attention(q, k, v, groups, window, is_causal=is_causal)
     expected = one_text_at_a_time(q, k, v, seq_lens, is_causal, half_window)
     assert torch.allclose(ours, expected, atol=1e-5)
 
@@ -70,3 +75,44 @@ def test_strided_views_of_a_fused_projection_are_taken_as_they_are():
     ours = packed_attention(q, k, v, attention_groups(seq_lens))
     expected = one_text_at_a_time(q.contiguous(), k.contiguous(), v.contiguous(), seq_lens)
     assert torch.allclose(ours, expected, atol=1e-5)
+
+
+@pytest.fixture
+def kernel_path(monkeypatch):
+    """The GPU path on CPU tensors: the kernel runs interpreted (tests/conftest.py sets
+    TRITON_INTERPRET=1 where there is no GPU) once the device check lets it."""
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and TRITON_INTERPRET is not 1")
+    monkeypatch.setattr(attention, "kernel_runs_on", lambda device, head_dim=128: True)
+
+
+@pytest.mark.parametrize("is_causal, half_window, num_kv_heads", [(False, None, 4), (True, None, 2), (False, 2, 4)])
+def test_the_kernel_path_matches_one_text_at_a_time(kernel_path, is_causal, half_window, num_kv_heads):
+    seq_lens = [1, 3, 3, 6, 9, 9]
+    q, k, v = random_qkv(sum(seq_lens), 4, num_kv_heads)
+    groups = attention_groups(seq_lens)
+    window = sliding_window(groups, half_window, q.device) if half_window is not None else None
+    assert window is None or window.masks is None            # the kernel applies the band itself
+    ours = packed_attention(q, k, v, groups, window, is_causal=is_causal)
+    expected = one_text_at_a_time(q, k, v, seq_lens, is_causal, half_window)
+    assert torch.allclose(ours, expected, atol=1e-5)
+
+
+def test_the_kernel_path_takes_bert_fused_qkv_and_the_batch_cu_seqlens(kernel_path):
+    seq_lens, num_heads = [2, 5, 5, 11], 2
+    torch.manual_seed(2)
+    qkv = torch.randn(sum(seq_lens), 3 * num_heads * HEAD_DIM)
+    groups = attention_groups(seq_lens)
+    cu_seqlens = torch.tensor([0, 2, 7, 12, 23], dtype=torch.int32)
+    ours = varlen_attention(qkv, groups, num_heads, cu_seqlens)
+    q, k, v = (x.contiguous() for x in qkv.view(-1, 3, num_heads, HEAD_DIM).unbind(1))
+    expected = one_text_at_a_time(q, k, v, seq_lens).flatten(1)
+    assert ours.shape == (sum(seq_lens), num_heads * HEAD_DIM)
+    assert torch.allclose(ours, expected, atol=1e-5)
+
+
+def test_cpu_tensors_take_sdpa_and_the_head_dim_limit_matches_the_kernel():
+    assert not attention.kernel_runs_on(torch.device("cpu"))
+    triton_kernel = pytest.importorskip("engine.kernels.varlen_attention")
+    assert attention.KERNEL_MAX_HEAD_DIM == triton_kernel.MAX_HEAD_DIM
