@@ -1,11 +1,13 @@
-"""FP8 against bf16: decode tokens/s on a random Llama, and every FP8 Triton kernel's max error
-against its PyTorch reference.
+"""FP8 against bf16: decode tokens/s on a random Llama, and every Triton kernel's max error
+against its PyTorch reference (the FP8 GEMMs, the embed path's varlen attention).
 
 On a GPU: an 8B-shaped Llama (hidden 4096, 32 layers, FFN 14336, GQA 32/8, vocab 128256),
 batches 1 and 64. The FP8 model runs whatever the GPU supports (W8A8 on capability >= 8.9,
 the Triton weight-only kernel below it); --scheme fp8-block runs 128x128 block scales.
 On CPU it runs a tiny shape (kernels under TRITON_INTERPRET=1), so the script is exercised
-everywhere; CPU speeds say nothing about GPUs.
+everywhere; CPU speeds say nothing about GPUs. On a GPU the varlen attention kernel is also
+timed on texts of mixed lengths beside SDPA per equal-length run (its fallback) and SDPA over
+the padded batch (what padding costs).
 
     python bench/fp8_bench.py                      # GPU: the 8B shape; CPU: tiny
     python bench/fp8_bench.py --scheme fp8-block --max-tokens 256
@@ -30,6 +32,8 @@ from engine.generate import GenerateOptions, LLMEngine, SamplingParams  # noqa: 
 from engine.generate.model_config import DecoderConfig  # noqa: E402
 from engine.generate.model_loader import build_model  # noqa: E402
 from engine.generate.tokenizer import TextTokenizer  # noqa: E402
+from engine.batching import attention_groups, cu_seqlens  # noqa: E402
+from engine.layers.attention import SlidingWindow, attend_per_group  # noqa: E402
 from engine.layers.fp8_linear import Fp8Linear, fp8_backend, fp8_linear, fp8_weight_bytes  # noqa: E402
 from engine.quant.checkpoint import load_fp8_state  # noqa: E402
 from engine.quant.fp8 import block_scales_to_rows, quantize_activations, quantize_blocks, quantize_per_channel  # noqa: E402
@@ -159,6 +163,89 @@ def main() -> None:
     shapes = [(1, 4096, 4096), (64, 14336, 4096), (64, 4096, 14336)] if on_gpu else [(3, 96, 256), (17, 130, 200)]
     print("Triton kernels against their PyTorch references" + ("" if on_gpu else " (TRITON_INTERPRET=1)"))
     print("\n".join(kernel_errors(device, shapes)))
+    print("\n".join(varlen_attention_errors(device, on_gpu)))
+    if on_gpu:
+        print("varlen attention, 256 texts of 16-512 tokens (bf16; GPU only: the interpreter says nothing of speed)")
+        print("\n".join(varlen_attention_speeds(device)))
+
+
+# (name, num_heads, num_kv_heads, head_dim, causal, half_window): BERT, LLM embedder, ModernBERT local
+VARLEN_CASES = [("bidirectional", 12, 12, 64, False, None), ("causal GQA", 16, 8, 128, True, None),
+                ("window 64", 12, 12, 64, False, 64)]
+TINY_VARLEN_CASES = [("bidirectional", 2, 2, 16, False, None), ("causal GQA", 4, 2, 32, True, None),
+                     ("window 4", 2, 2, 16, False, 4)]
+
+
+def _packed_qkv(seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int, device, dtype):
+    num_tokens = sum(seq_lens)
+    return tuple(torch.randn(num_tokens, heads, head_dim, device=device, dtype=dtype)
+                 for heads in (num_heads, num_kv_heads, num_kv_heads))
+
+
+def varlen_attention_errors(device: torch.device, on_gpu: bool) -> list[str]:
+    """Max |kernel - reference| of the varlen attention kernel, fp32 / bf16 / fp16."""
+    from engine.kernels import varlen_attention
+    seq_lens = [1, 7, 64, 129, 300, 512] if on_gpu else [1, 5, 17, 33]
+    cu = cu_seqlens(attention_groups(seq_lens)).to(device)
+    lines = []
+    for name, num_heads, num_kv_heads, head_dim, causal, half_window in (VARLEN_CASES if on_gpu else TINY_VARLEN_CASES):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            q, k, v = _packed_qkv(seq_lens, num_heads, num_kv_heads, head_dim, device, dtype)
+            ours = varlen_attention.varlen_attention(q, k, v, cu, max(seq_lens), causal, half_window)
+            expected = varlen_attention.reference_varlen_attention(q, k, v, cu, causal, half_window)
+            lines.append(_error_line(f"varlen attn {name} {str(dtype)[6:]}", (sum(seq_lens), num_heads, head_dim),
+                                     ours, expected).replace("M,N,K=", "T,H,D="))
+    return lines
+
+
+def varlen_attention_speeds(device: torch.device) -> list[str]:
+    """Tokens/s of the kernel, SDPA per equal-length run, and SDPA over the padded batch."""
+    from engine.kernels import varlen_attention
+    generator = torch.Generator().manual_seed(0)
+    seq_lens = sorted(torch.randint(16, 513, (256,), generator=generator).tolist())    # sorted as plan_batches does
+    groups = attention_groups(seq_lens)
+    cu, max_len, num_tokens = cu_seqlens(groups).to(device), max(seq_lens), sum(seq_lens)
+    lines = []
+    for name, num_heads, num_kv_heads, head_dim, causal, half_window in VARLEN_CASES:
+        q, k, v = _packed_qkv(seq_lens, num_heads, num_kv_heads, head_dim, device, torch.bfloat16)
+        window = SlidingWindow(half_window, None) if half_window is not None else None
+        padded_q, padded_k, padded_v, mask = _padded(q, k, v, seq_lens, causal, half_window)
+        kernel = _seconds(lambda: varlen_attention.varlen_attention(q, k, v, cu, max_len, causal, half_window))
+        per_group = _seconds(lambda: attend_per_group(q, k, v, groups, window, causal))
+        padded = _seconds(lambda: torch.nn.functional.scaled_dot_product_attention(
+            padded_q, padded_k, padded_v, attn_mask=mask, enable_gqa=num_kv_heads != num_heads))
+        lines.append(f"  {name:14} H={num_heads}/{num_kv_heads} D={head_dim}: kernel {num_tokens / kernel:12,.0f} tok/s"
+                     f"   SDPA per run {num_tokens / per_group:12,.0f} ({per_group / kernel:.2f}x slower)"
+                     f"   SDPA padded {num_tokens / padded:12,.0f} ({padded / kernel:.2f}x slower)")
+    return lines
+
+
+def _padded(q, k, v, seq_lens, causal, half_window):
+    """[num_seqs, heads, max_len, head_dim] copies and the bool mask a padding engine would use."""
+    lens = torch.tensor(seq_lens, device=q.device)
+    positions = torch.arange(max(seq_lens), device=q.device)
+    is_real = positions[None, :] < lens[:, None]                                   # [num_seqs, max_len]
+    tensors = []
+    for x in (q, k, v):
+        padded = x.new_zeros(len(seq_lens), max(seq_lens), *x.shape[1:])
+        padded[is_real] = x
+        tensors.append(padded.transpose(1, 2))
+    mask = is_real[:, None, None, :].expand(-1, 1, max(seq_lens), -1)
+    if causal:
+        mask = mask & (positions[:, None] >= positions[None, :])
+    if half_window is not None:
+        mask = mask & ((positions[:, None] - positions[None, :]).abs() <= half_window)
+    return (*tensors, mask)
+
+
+def _seconds(run, repeats: int = 10) -> float:
+    run(), run()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        run()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / repeats
 
 
 if __name__ == "__main__":

@@ -85,6 +85,12 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: 
     """
     if kernel_runs_on(q.device, q.shape[-1]):
         return _attend_on_kernel(q, k, v, groups, cu_seqlens, window, is_causal)
+    return attend_per_group(q, k, v, groups, window, is_causal)
+
+
+def attend_per_group(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: tuple[AttentionGroup, ...],
+                     window: SlidingWindow | None = None, is_causal: bool = False) -> torch.Tensor:
+    """packed_attention's SDPA path (CPU; CUDA without the kernel): one call per group."""
     masks = None
     if window is not None:
         masks = window.masks if window.masks is not None else band_masks(groups, window.half_window, q.device)
