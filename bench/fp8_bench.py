@@ -209,11 +209,14 @@ def varlen_attention_speeds(device: torch.device) -> list[str]:
     for name, num_heads, num_kv_heads, head_dim, causal, half_window in VARLEN_CASES:
         q, k, v = _packed_qkv(seq_lens, num_heads, num_kv_heads, head_dim, device, torch.bfloat16)
         window = SlidingWindow(half_window, None) if half_window is not None else None
-        padded_q, padded_k, padded_v, mask = _padded(q, k, v, seq_lens, causal, half_window)
+        # kv heads repeated for the padded peer: SDPA's GQA flag with a mask would leave it only the math kernel
+        group_size = num_heads // num_kv_heads
+        padded_q, padded_k, padded_v, mask = _padded(q, k.repeat_interleave(group_size, 1),
+                                                     v.repeat_interleave(group_size, 1), seq_lens, causal, half_window)
         kernel = _seconds(lambda: varlen_attention.varlen_attention(q, k, v, cu, max_len, causal, half_window))
         per_group = _seconds(lambda: attend_per_group(q, k, v, groups, window, causal))
         padded = _seconds(lambda: torch.nn.functional.scaled_dot_product_attention(
-            padded_q, padded_k, padded_v, attn_mask=mask, enable_gqa=num_kv_heads != num_heads))
+            padded_q, padded_k, padded_v, attn_mask=mask))
         lines.append(f"  {name:14} H={num_heads}/{num_kv_heads} D={head_dim}: kernel {num_tokens / kernel:12,.0f} tok/s"
                      f"   SDPA per run {num_tokens / per_group:12,.0f} ({per_group / kernel:.2f}x slower)"
                      f"   SDPA padded {num_tokens / padded:12,.0f} ({padded / kernel:.2f}x slower)")
