@@ -54,7 +54,7 @@ def _sample_file(digest, path: Path, name: str) -> None:
 def cache_namespace(spec: JobSpec, revision: str) -> str:
     """Results of jobs with equal namespaces are interchangeable row by row."""
     identity = {"format": CACHE_FORMAT, "model": revision, "mode": spec.mode,
-                "params": spec.params, "quantization": getattr(spec, "quantization", None)}
+                "params": spec.params, "quantization": spec.quantization}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 

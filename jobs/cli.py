@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--priority", type=int, default=5, help="0 (lowest) to 9 (highest)")
     submit.add_argument("--incremental", action="store_true",
                         help="reuse results cached by earlier jobs for unchanged input values")
+    submit.add_argument("--quantization", choices=["fp8", "fp8-block"],
+                        help="run the model's linear layers with FP8 weights")
+    submit.add_argument("--quant-check-rows", type=int, default=0, metavar="N",
+                        help="with --quantization: compare FP8 with the unquantized model on shard 0's first N rows")
     submit.add_argument("--wait", action="store_true", help="wait with a progress bar")
     submit.set_defaults(func=_submit)
 
@@ -124,7 +128,8 @@ def _submit(args) -> int:
                    webhook_url=args.webhook_url, params=params, metadata=json.loads(args.metadata),
                    if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
                    webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after,
-                   incremental=args.incremental)
+                   incremental=args.incremental, quantization=args.quantization,
+                   quant_check_rows=args.quant_check_rows)
     job = Client().submit(spec)
     print(f"job {job.id} queued")
     if job.webhook_secret:

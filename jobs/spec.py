@@ -19,6 +19,8 @@ MODES = ("embed", "generate", "transcribe")
 # Modes whose engine this version of Barge has; a job in another mode is refused.
 AVAILABLE_MODES = ("embed", "generate", "transcribe")
 IF_EXISTS = ("error", "replace")
+# engine.quant.config.QUANTIZATIONS, without importing torch at submission
+QUANTIZATIONS = (None, "fp8", "fp8-block")
 
 # mode -> parameter name -> (accepted types, description for errors)
 MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
@@ -108,6 +110,13 @@ class JobSpec:
     incremental: bool = False
     """Reuse results cached by earlier jobs for input values seen before (same model
     revision, mode and params); only new and changed rows reach the engine."""
+    quantization: str | None = None
+    """None (the model's own 16/32-bit weights), "fp8" (E4M3 weights, one scale per output
+    channel) or "fp8-block" (128x128 block scales): linear layers run in FP8 (engine.quant).
+    Transcription stays 16-bit unless a job asks."""
+    quant_check_rows: int = 0
+    """With quantization: the first this many rows of shard 0 also run through the model
+    unquantized, and the comparison is stored with the job (`barge report`, manifest)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input, list):
@@ -157,12 +166,23 @@ class JobSpec:
             raise JobSpecError("incremental", f"must be a boolean, got {self.incremental!r}")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 9:
             raise JobSpecError("priority", f"must be an integer from 0 (lowest) to 9 (highest), got {self.priority!r}")
+        self._validate_quantization()
         self._validate_params()
         self._validate_webhook_events()
         if self.expires_after_s is not None and (
                 isinstance(self.expires_after_s, bool) or not isinstance(self.expires_after_s, (int, float))
                 or not self.expires_after_s > 0):
             raise JobSpecError("expires_after_s", f"must be a positive number of seconds, got {self.expires_after_s!r}")
+
+    def _validate_quantization(self) -> None:
+        if self.quantization not in QUANTIZATIONS:
+            expected = ", ".join(repr(q) for q in QUANTIZATIONS if q) + " or null"
+            raise JobSpecError("quantization", f"{self.quantization!r} is not one of {expected}")
+        rows = self.quant_check_rows
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise JobSpecError("quant_check_rows", f"must be a non-negative integer, got {rows!r}")
+        if rows and self.quantization is None:
+            raise JobSpecError("quant_check_rows", "compares FP8 with the unquantized model: it needs quantization")
 
     def _validate_webhook_events(self) -> None:
         if not isinstance(self.webhook_events, tuple):

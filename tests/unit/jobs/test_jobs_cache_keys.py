@@ -22,6 +22,11 @@ def test_namespace_changes_with_model_revision_mode_and_params_only():
     assert cache_namespace(spec(params={"dimensions": 128}), "rev1") != base
     assert cache_namespace(spec(params={"normalize": False}), "rev1") != base
     assert cache_namespace(spec(mode="generate", model="smollm2"), "rev1") != base
+    assert cache_namespace(spec(quantization="fp8"), "rev1") != base
+    assert cache_namespace(spec(quantization="fp8-block"), "rev1") != cache_namespace(spec(quantization="fp8"), "rev1")
+    # the check is a side measurement: results with and without it are the same results
+    assert cache_namespace(spec(quantization="fp8", quant_check_rows=8), "rev1") == cache_namespace(
+        spec(quantization="fp8"), "rev1")
 
 
 def test_row_keys_separate_types_values_and_ids():

@@ -23,6 +23,7 @@ def test_a_minimal_spec_gets_the_defaults():
     assert job.params == {} and job.metadata == {}
     assert job.if_exists == "error"
     assert job.max_rows_per_shard == 2048
+    assert job.quantization is None and job.quant_check_rows == 0
 
 
 @pytest.mark.parametrize("changes, field, words", [
@@ -79,6 +80,13 @@ def test_a_minimal_spec_gets_the_defaults():
     (dict(expires_after_s=-1.0), "expires_after_s", "positive"),
     (dict(expires_after_s="60"), "expires_after_s", "positive"),
     (dict(expires_after_s=True), "expires_after_s", "positive"),
+    # FP8 weights and their quality check
+    (dict(quantization="int8"), "quantization", "'int8' is not one of 'fp8', 'fp8-block' or null"),
+    (dict(quantization="FP8"), "quantization", "is not one of"),
+    (dict(quant_check_rows=64), "quant_check_rows", "it needs quantization"),
+    (dict(quantization="fp8", quant_check_rows=-1), "quant_check_rows", "non-negative integer"),
+    (dict(quantization="fp8", quant_check_rows=True), "quant_check_rows", "non-negative integer"),
+    (dict(quantization="fp8", quant_check_rows="64"), "quant_check_rows", "non-negative integer"),
 ])
 def test_a_bad_spec_is_refused_naming_the_field(changes, field, words):
     with pytest.raises(JobSpecError) as caught:
@@ -154,6 +162,7 @@ def test_a_spec_is_frozen():
          if_exists="replace", max_rows_per_shard=7),
     dict(webhook_url="https://example.com/h", webhook_events=["job.progress", "shard.completed"],
          expires_after_s=3600),
+    dict(quantization="fp8-block", quant_check_rows=32),
 ])
 def test_to_dict_from_dict_roundtrip(changes):
     job = spec(**changes)
