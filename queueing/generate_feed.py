@@ -23,10 +23,11 @@ from queueing.worker import ShardWork
 
 
 class GenerateFeed:
-    def __init__(self, engine, model_key: str):
+    def __init__(self, engine, model_key: str, quantization: str | None = None):
         self.engine = engine            # engine.Engine, mode "generate"
         self.llm = engine.llm
         self.model_key = model_key
+        self.quantization = quantization   # an FP8 job's rows never join a 16-bit engine's batch
         self._requests: dict[int, tuple[ShardWork, int, Request]] = {}   # request id -> (shard, todo index, request)
 
     @property
@@ -40,7 +41,9 @@ class GenerateFeed:
         return max(0, 2 * self.llm.options.max_num_seqs - len(self._requests))
 
     def serves(self, work: ShardWork) -> bool:
-        return work.job.spec.mode == "generate" and work.job.model_key == self.model_key
+        spec = work.job.spec
+        return (spec.mode == "generate" and work.job.model_key == self.model_key
+                and spec.quantization == self.quantization)
 
     def add(self, work: ShardWork, rows: list[int], first_index: int) -> None:
         """Queue `rows` (positions in the shard) as requests; todo index of rows[0] is

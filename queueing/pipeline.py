@@ -44,7 +44,7 @@ from queueing.generate_feed import GenerateFeed
 from queueing.logs import log_context
 from queueing.runtime import Runtime
 from queueing.worker import (AttemptStopped, ShardOutcome, ShardWork, check_still_held, end_failed, end_shard,
-                             end_stopped, infer_rows)
+                             end_stopped, engine_of, infer_rows)
 
 log = logging.getLogger("barge.worker")
 
@@ -160,8 +160,8 @@ class ShardPipeline:
         if work is None or work.job.spec.mode != "generate":
             return None
         if self._feed is None or not self._feed.serves(work):
-            engine = self.runtime.engine_for(work.job.model_key, "generate")
-            self._feed = GenerateFeed(engine, work.job.model_key)
+            engine = engine_of(self.runtime, work.job)
+            self._feed = GenerateFeed(engine, work.job.model_key, work.job.spec.quantization)
         return self._feed
 
     def _take_for_feed(self, feed: GenerateFeed) -> list[tuple[ShardWork, list[int], int]]:

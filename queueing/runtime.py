@@ -22,6 +22,8 @@ from queueing.usage import engine_settings
 
 log = logging.getLogger("barge.worker")
 
+EngineKey = tuple[str, str, "str | None"]   # (model key, mode, quantization): one loaded engine each
+
 
 @dataclass(frozen=True)
 class WorkerOptions:
@@ -64,36 +66,48 @@ class Runtime:
     options: WorkerOptions = field(default_factory=WorkerOptions)
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     models: dict[str, ModelRef] = field(default_factory=dict)      # model key -> ref
-    engines: dict[tuple[str, str], object] = field(default_factory=dict)   # (model key, mode) -> Engine
+    engines: dict[EngineKey, object] = field(default_factory=dict)   # (model key, mode, quantization) -> Engine
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
-    _engine_settings: dict[tuple[str, str], dict] = field(default_factory=dict)   # (model key, mode) -> settings
+    _engine_settings: dict[EngineKey, dict] = field(default_factory=dict)   # engine key -> settings
     drain_deadline: float | None = None    # set on SIGTERM: monotonic time the current shard must end by
     pipeline: object | None = None         # queueing.pipeline.ShardPipeline when pipeline_depth > 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def engine_for(self, model_key: str, mode: str):
-        """The engine for a model this worker serves, loaded once and kept."""
+    def engine_for(self, model_key: str, mode: str, quantization: str | None = None):
+        """The engine for a model this worker serves, loaded once and kept. An FP8 engine
+        and the model's 16-bit one are separate engines, each kept once loaded."""
+        key = (model_key, mode, quantization)
         with self._lock:
-            engine = self.engines.get((model_key, mode))
+            engine = self.engines.get(key)
             if engine is None:
-                ref = self.models.get(model_key)
-                if ref is None:
-                    raise LookupError(f"this worker does not serve model {model_key!r}")
-                from engine import Engine   # heavy: torch loads only in model-serving processes
-                log.info("loading model %s (%s) for %s", ref.key, ref.path, mode)
-                options = {}
-                if mode == "generate" and self.options.kv_cache_fraction is not None:
-                    options["kv_cache_memory_fraction"] = self.options.kv_cache_fraction
-                engine = Engine.from_pretrained(ref.path, mode=mode, **options)
+                engine = self._load_engine(model_key, mode, quantization)
                 self.metrics.observe_engine(engine, model_key, mode)
-                self.engines[(model_key, mode)] = engine
+                self.engines[key] = engine
             return engine
 
-    def engine_settings(self, model_key: str, mode: str) -> dict:
-        """The settings of the engine serving (model key, mode), as recorded with each commit."""
-        key = (model_key, mode)
+    def load_engine(self, model_key: str, mode: str, quantization: str | None = None):
+        """A fresh engine that this runtime does not keep (the unquantized baseline of a
+        job's FP8 check): the caller drops it when done."""
+        with self._lock:
+            return self._load_engine(model_key, mode, quantization)
+
+    def _load_engine(self, model_key: str, mode: str, quantization: str | None):
+        ref = self.models.get(model_key)
+        if ref is None:
+            raise LookupError(f"this worker does not serve model {model_key!r}")
+        from engine import Engine   # heavy: torch loads only in model-serving processes
+        log.info("loading model %s (%s) for %s%s", ref.key, ref.path, mode,
+                 f", {quantization} weights" if quantization else "")
+        options = {}
+        if mode == "generate" and self.options.kv_cache_fraction is not None:
+            options["kv_cache_memory_fraction"] = self.options.kv_cache_fraction
+        return Engine.from_pretrained(ref.path, mode=mode, quantization=quantization, **options)
+
+    def engine_settings(self, model_key: str, mode: str, quantization: str | None = None) -> dict:
+        """The settings of the engine serving this key, as recorded with each commit."""
+        key = (model_key, mode, quantization)
         if key not in self._engine_settings:
-            self._engine_settings[key] = engine_settings(self.engine_for(model_key, mode), model_key)
+            self._engine_settings[key] = engine_settings(self.engine_for(*key), model_key)
         return self._engine_settings[key]
 
     def send(self, task_name: str, args: list, queue: str, *, priority: int | None = None,

@@ -122,7 +122,8 @@ class ShardWork:
             self.outputs.append(self.early.pop(len(self.outputs)))
 
     def can_share_batch(self, other: "ShardWork") -> bool:
-        """Rows of one job share an engine call (same model, mode and params)."""
+        """Rows of one job share an engine call (same model, mode, params and quantization:
+        an FP8 job's rows never go through a 16-bit job's engine, nor the reverse)."""
         return self.job.id == other.job.id
 
 
@@ -168,11 +169,16 @@ def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> No
     first = batch[0][0]
     ids = pa.concat_arrays([work.ids.take(pa.array(rows, type=pa.int64())) for work, rows in batch])
     inputs = [work.inputs[i] for work, rows in batch for i in rows]
-    outputs = infer(runtime.engine_for(first.job.model_key, first.job.spec.mode), first.job, ids, inputs)
+    outputs = infer(engine_of(runtime, first.job), first.job, ids, inputs)
     start = 0
     for work, rows in batch:
         work.outputs.extend(outputs[start:start + len(rows)])
         start += len(rows)
+
+
+def engine_of(runtime: Runtime, job: JobRecord):
+    """The engine a job's rows run through: its model, mode and quantization."""
+    return runtime.engine_for(job.model_key, job.spec.mode, job.spec.quantization)
 
 
 def end_shard(runtime: Runtime, work: ShardWork) -> ShardOutcome:
@@ -232,7 +238,8 @@ def _result_cache(runtime: Runtime, job: JobRecord, schema: pa.Schema, carried: 
 def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim,
             written: ShardWritten) -> ShardOutcome:
     outputs = written.outputs
-    usage = shard_usage(job.model_key, job.spec.mode, outputs, runtime.engine_settings(job.model_key, job.spec.mode))
+    usage = shard_usage(job.model_key, job.spec.mode, outputs,
+                        runtime.engine_settings(job.model_key, job.spec.mode, job.spec.quantization))
     rows_failed = usage.rows_failed
     is_committed, job_is_ready = runtime.store.commit_shard(
         job.id, shard_index, claim.token, part=dataclasses.asdict(written.part),

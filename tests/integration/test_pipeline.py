@@ -48,7 +48,7 @@ def deployment(tmp_path):
     ref = resolve_model("minilm")
     runtime.models[ref.key] = ref
     engine = RecordingEngine(runtime.engine_for(ref.key, "embed"))
-    runtime.engines[(ref.key, "embed")] = engine
+    runtime.engines[(ref.key, "embed", None)] = engine
     yield client, runtime, engine
     client.store.engine.dispose()
 
@@ -141,7 +141,7 @@ def generate_deployment(tmp_path):
                       options=WorkerOptions(chunk_rows=CHUNK_ROWS, lease_s=30.0))
     ref = resolve_model(str(folder))
     runtime.models[ref.key] = ref
-    runtime.engines[(ref.key, "generate")] = Engine.from_pretrained(folder, mode="generate", max_num_seqs=MAX_NUM_SEQS)
+    runtime.engines[(ref.key, "generate", None)] = Engine.from_pretrained(folder, mode="generate", max_num_seqs=MAX_NUM_SEQS)
     yield client, runtime, folder
     client.store.engine.dispose()
 
