@@ -46,8 +46,9 @@ class Engine:
         quantization="fp8" stores linear-layer weights in E4M3 with per-output-channel
         scales, "fp8-block" with 128x128 block scales; embeddings, norms, the LM head and
         attention stay in `dtype`. FP8 checkpoints (`barge quantize`, Qwen3-FP8,
-        llm-compressor) load as FP8 whatever is passed here. Transcription takes FP8 only
-        where engine.whisper.build's hook allows it (not yet)."""
+        llm-compressor) load as FP8 whatever is passed here. Transcription runs in 16-bit
+        unless quantization is given: then Whisper's encoder and decoder linear layers
+        take FP8 weights (engine.whisper.build), its embeddings and convolutions do not."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
         if resolve_device(device).type == "cpu":

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
 
+from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers.packed_linear import pack_linears
+from engine.quant.checkpoint import load_fp8_state
 from engine.whisper.decoding import ChunkDecoder
 from engine.whisper.loader import Checkpoint, load_checkpoint
 from engine.whisper.logit_rules import LogitRules
@@ -19,16 +22,20 @@ from engine.whisper.transcriber import Transcriber
 # buy little there; a GPU wants many chunks in flight.
 DEFAULT_MAX_SLOTS = {"cpu": 16, "cuda": 64}
 DEFAULT_MAX_ADMIT = {"cpu": 4, "cuda": 16}
-QUANTIZATIONS = (None,)     # "fp8" arrives with the FP8 work: see _quantize
+# Whisper is served in 16-bit; FP8 weights only when a job asks (and can check them
+# against the 16-bit transcripts: JobSpec.quant_check_rows).
+QUANTIZATIONS = (None, "fp8", "fp8-block")
+# A linear weight inside an encoder or decoder block (attention and MLP): the embeddings,
+# the convolutions and the layer norms (1-D) stay in 16/32-bit.
+WHISPER_BLOCK_TENSOR = re.compile(r"(^|\.)blocks\.\d+\.")
 
 
 def load_transcriber(path: str | Path, dtype: torch.dtype, device: torch.device, *,
                      max_slots: int | None = None, max_admit: int | None = None,
                      quantization: str | None = None) -> Transcriber:
     checkpoint = load_checkpoint(path)
-    model = Whisper(checkpoint.config)
-    model.load_state_dict({name: tensor.to(torch.float32) for name, tensor in checkpoint.state_dict.items()})
-    model = _quantize(model.to(device=device, dtype=dtype).eval(), quantization)
+    model = _load_weights(Whisper(checkpoint.config), checkpoint.state_dict, quantization)
+    model = model.to(device=device, dtype=dtype).eval()
     tokenizer = WhisperTokenizer(checkpoint.config, checkpoint.folder)
     rules = LogitRules(tokenizer, *_suppress_lists(checkpoint, tokenizer))
     kind = device.type if device.type in DEFAULT_MAX_SLOTS else "cuda"
@@ -38,12 +45,22 @@ def load_transcriber(path: str | Path, dtype: torch.dtype, device: torch.device,
     return Transcriber(decoder)
 
 
-def _quantize(model: Whisper, quantization: str | None) -> Whisper:
-    """The hook for FP8 weights (engine.quant): Whisper stays 16-bit unless a job asks."""
+def _load_weights(model: Whisper, state: dict[str, torch.Tensor], quantization: str | None) -> Whisper:
+    """The model holding the checkpoint's tensors; with quantization, the blocks' linear
+    layers become Fp8Linear (engine.layers.fp8_linear), quantized from fp32."""
     if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization {quantization!r} is not available for transcription yet; "
+        raise ValueError(f"unsupported quantization {quantization!r} for transcription; "
                          f"expected one of {QUANTIZATIONS}")
+    state = {name: tensor.to(torch.float32) for name, tensor in state.items()}
+    state, fp8 = load_fp8_state(state, None, quantization, is_whisper_linear_weight)
+    use_fp8_linears(model, state, fp8.block_cols if fp8 else None)
+    model.load_state_dict(state)
     return model
+
+
+def is_whisper_linear_weight(name: str, tensor: torch.Tensor) -> bool:
+    return (name.endswith(".weight") and tensor.dim() == 2 and tensor.is_floating_point()
+            and WHISPER_BLOCK_TENSOR.search(name) is not None)
 
 
 def _suppress_lists(checkpoint: Checkpoint, tokenizer: WhisperTokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
