@@ -118,7 +118,7 @@ class LLMEngine:
 
     def add_request(self, prompt: Prompt, params: SamplingParams) -> Request | str:
         """Queue one prompt; a string says why it cannot run."""
-        token_ids = self._prompt_token_ids(prompt)
+        token_ids = self.prompt_token_ids(prompt)
         if isinstance(token_ids, str):
             return token_ids
         if len(token_ids) >= self.max_model_len:
@@ -176,7 +176,7 @@ class LLMEngine:
                 finished.append(request)
         return finished
 
-    def _prompt_token_ids(self, prompt: Prompt) -> list[int] | str:
+    def prompt_token_ids(self, prompt: Prompt) -> list[int] | str:
         """The prompt's token ids, or why there are none."""
         if prompt is None:
             return "prompt is null"

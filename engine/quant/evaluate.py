@@ -3,6 +3,9 @@
 
     embed     cosine similarity of each text's two embeddings: mean and minimum
     generate  perplexity of both on one text, and greedy agreement on a set of prompts
+
+The comparisons themselves are engine.quant.compare's, which a job's own check
+(JobSpec.quant_check_rows) runs on the job's rows.
 """
 
 from __future__ import annotations
@@ -12,12 +15,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from engine.config import is_embedding_folder
 from engine.engine import Engine
 from engine.generate import SamplingParams
 from engine.layers.fp8_linear import fp8_weight_bytes
+from engine.quant.compare import common_prefix, compare_embeddings, negative_log_likelihood
 
 LICENSES = Path("/usr/share/common-licenses")
 SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
@@ -111,11 +113,10 @@ def evaluate(model: str | Path, quantization: str = "fp8", mode: str | None = No
 
 
 def _evaluate_embed(baseline: Engine, fp8: Engine, texts: list[str], quantization: str, dtype: str) -> QuantEval:
-    ours, theirs = fp8.embed(texts, normalize=True), baseline.embed(texts, normalize=True)
-    cosines = (ours * theirs).sum(axis=1)
+    figures = compare_embeddings(baseline, fp8, texts, {"normalize": True})
     stored, bf16 = fp8_weight_bytes(fp8._embedder.model)
-    return QuantEval("embed", quantization, dtype, len(texts), stored, bf16,
-                     cosine_mean=float(cosines.mean()), cosine_min=float(cosines.min()))
+    return QuantEval("embed", quantization, dtype, figures["num_rows"], stored, bf16,
+                     cosine_mean=figures["cosine_mean"], cosine_min=figures["cosine_min"])
 
 
 def _evaluate_generate(baseline: Engine, fp8: Engine, texts: list[str], quantization: str, dtype: str,
@@ -126,7 +127,7 @@ def _evaluate_generate(baseline: Engine, fp8: Engine, texts: list[str], quantiza
     prompts = texts[:max(1, len(texts) // 10)]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     theirs, ours = baseline.generate(prompts, params), fp8.generate(prompts, params)
-    agreed = [_common_prefix(a.token_ids, b.token_ids) for a, b in zip(theirs, ours)]
+    agreed = [common_prefix(a.token_ids, b.token_ids) for a, b in zip(theirs, ours)]
     stored, bf16 = fp8_weight_bytes(fp8.llm.runner.model)
     return QuantEval("generate", quantization, dtype, len(prompts), stored, bf16, num_tokens=len(ids),
                      perplexity_baseline=perplexity(baseline, ids), perplexity_fp8=perplexity(fp8, ids),
@@ -136,15 +137,5 @@ def _evaluate_generate(baseline: Engine, fp8: Engine, texts: list[str], quantiza
 
 def perplexity(engine: Engine, ids: list[int]) -> float:
     """exp of the mean negative log-likelihood of ids[1:], each given the tokens before it."""
-    output = engine.generate([ids], SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0))[0]
-    if output.error:
-        raise ValueError(f"cannot score the sample: {output.error}")
-    logprobs = torch.tensor([entry[token] for entry, token in zip(output.prompt_logprobs[1:], ids[1:])])
-    return math.exp(-logprobs.mean().item())
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    for index, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return index
-    return min(len(a), len(b))
+    num_tokens, total = negative_log_likelihood(engine, [ids])
+    return math.exp(total / num_tokens)
