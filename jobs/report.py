@@ -43,6 +43,8 @@ class JobReport:
     throughput: Throughput
     worker_s_by_device: dict[str, float]  # device type (cpu | cuda | ...) -> seconds
     cost: Cost | None                    # None: no price given
+    quant_check: dict | None = None      # FP8 jobs with quant_check_rows: engine.quant.compare.QuantCheck's
+                                         # figures, or {"error": ...} when the check could not run
 
     def to_dict(self) -> dict:
         return {"job_id": self.job_id, "status": self.status, "mode": self.mode, "model": self.model,
@@ -51,7 +53,8 @@ class JobReport:
                 "rows_computed": self.rows_succeeded + self.rows_failed - self.rows_reused, "num_tokens": self.num_tokens, "num_shards": self.num_shards,
                 "engines": self.engines, "throughput": self.throughput.to_dict(),
                 "worker_seconds": {device: round(s, 3) for device, s in self.worker_s_by_device.items()},
-                "cost": None if self.cost is None else self.cost.to_dict()}
+                "cost": None if self.cost is None else self.cost.to_dict(),
+                **({"quant_check": self.quant_check} if self.quant_check is not None else {})}
 
 
 def job_report(store: Store, job_id: str, *, price_per_hour: float | None = None) -> JobReport:
@@ -63,7 +66,8 @@ def job_report(store: Store, job_id: str, *, price_per_hour: float | None = None
                      rows_failed=progress.rows_failed, rows_reused=progress.rows_reused, num_tokens=progress.num_tokens,
                      num_shards=sum(progress.shards.values()), engines=store.engine_settings(job_id),
                      throughput=progress.throughput, worker_s_by_device=by_device,
-                     cost=cost(sum(by_device.values()), progress.num_tokens, price_per_hour))
+                     cost=cost(sum(by_device.values()), progress.num_tokens, price_per_hour),
+                     quant_check=store.quant_check(job_id))
 
 
 def cost(worker_s: float, num_tokens: int, price_per_hour: float | None) -> Cost | None:
@@ -90,6 +94,8 @@ def format_report(report: JobReport) -> str:
     lines.append(f"  worker seconds by device: {devices or 'none yet'}")
     for settings in report.engines:
         lines.append("  engine: " + ", ".join(f"{name}={value}" for name, value in settings.items()))
+    if report.quant_check is not None:
+        lines.append("  FP8 check: " + format_quant_check(report.quant_check))
     if report.cost is None:
         lines.append("  cost: set BARGE_PRICE_PER_HOUR or --price-per-hour")
     else:
@@ -98,3 +104,17 @@ def format_report(report: JobReport) -> str:
         lines.append(f"  cost: {c.total:.4f} for {c.worker_hours:.4f} worker-hours at {c.price_per_hour:g}/hour; "
                      f"{per_million} per million tokens")
     return "\n".join(lines)
+
+
+def format_quant_check(check: dict) -> str:
+    """One line of a stored QuantCheck (engine.quant.compare; not imported: it loads torch)."""
+    if "error" in check:
+        return f"could not run: {check['error']}"
+    head = f"{check['quantization']} vs {check['baseline_dtype']} on {check['num_rows']} rows of shard 0"
+    if check["mode"] == "embed":
+        return f"{head}: embedding cosine mean {check['cosine_mean']:.5f}, min {check['cosine_min']:.5f}"
+    if check["mode"] == "generate":
+        return (f"{head}: greedy agreement {check['greedy_agreement']:.1%} of tokens "
+                f"({check['greedy_exact']:.1%} of prompts identical); perplexity over {check['num_tokens']} "
+                f"prompt tokens {check['perplexity_baseline']:.3f} -> {check['perplexity_fp8']:.3f}")
+    return f"{head}: word error rate against the unquantized transcripts mean {check['wer_mean']:.2%}, max {check['wer_max']:.2%}"

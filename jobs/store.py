@@ -183,6 +183,18 @@ class Store(ShardStore, CacheStore, ScheduleStore):
         with self.engine.connect() as conn:
             return sorted((json.loads(text) for text in conn.execute(query).scalars()), key=json.dumps)
 
+    def record_quant_check(self, job_id: str, check: dict) -> None:
+        """The FP8 check's figures (or its error), replacing an earlier attempt's."""
+        with self.engine.begin() as conn:
+            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id)
+                         .values(quant_check=json.dumps(check)))
+
+    def quant_check(self, job_id: str) -> dict | None:
+        """What record_quant_check stored; None when the job ran no check (yet)."""
+        with self.engine.connect() as conn:
+            stored = conn.execute(select(tables.jobs.c.quant_check).where(tables.jobs.c.id == job_id)).scalar()
+        return None if stored is None else json.loads(stored)
+
     def start_job(self, job_id: str, plans: list[dict]) -> bool:
         """QUEUED -> RUNNING with its shards; False if the job is no longer QUEUED."""
         now = time.time()

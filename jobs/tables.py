@@ -27,6 +27,7 @@ jobs = Table(
     Column("updated_at", Float, nullable=False),
     Column("expires_at", Float),                         # created_at + spec.expires_after_s, if set
     Column("cache_namespace", String(64)),               # incremental jobs: jobs.cache_keys.cache_namespace
+    Column("quant_check", Text),                         # FP8 check as JSON (engine.quant.compare.QuantCheck)
     Index("ix_barge_jobs_expires_at", "expires_at"),
 )
 

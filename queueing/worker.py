@@ -25,6 +25,7 @@ from jobs.store import ShardClaim
 from queueing.failpoints import crash_if_poisoned
 from queueing.inference import infer
 from queueing.lease import LeaseKeeper
+from queueing.quant_check import run_quant_check, wants_quant_check
 from queueing.result_cache import CacheWrite, ResultCache, merge_cached
 from queueing.results import ROW_INDEX_COLUMN, build_table
 from queueing.routing import CONTROL_QUEUE
@@ -153,6 +154,8 @@ def begin_shard(runtime: Runtime, job_id: str, shard_index: int) -> "ShardWork |
         work.todo = work.cached.miss_rows(len(work.inputs)) if work.cached else list(range(len(work.inputs)))
     except Exception as exc:
         return end_failed(runtime, work, exc)
+    if wants_quant_check(runtime, job, shard_index):
+        run_quant_check(runtime, job, work.inputs)
     return work
 
 

@@ -41,16 +41,6 @@ class QuantCheck:
     def to_dict(self) -> dict:
         return {name: value for name, value in asdict(self).items() if value is not None}
 
-    def format(self) -> str:
-        head = f"{self.quantization} vs {self.baseline_dtype} on {self.num_rows} rows"
-        if self.mode == "embed":
-            return f"{head}: embedding cosine mean {self.cosine_mean:.5f}, min {self.cosine_min:.5f}"
-        if self.mode == "generate":
-            return (f"{head}: greedy agreement {self.greedy_agreement:.1%} of tokens "
-                    f"({self.greedy_exact:.1%} of prompts identical); perplexity over {self.num_tokens} "
-                    f"prompt tokens {self.perplexity_baseline:.3f} -> {self.perplexity_fp8:.3f}")
-        return f"{head}: word error rate against the unquantized transcripts mean {self.wer_mean:.2%}, max {self.wer_max:.2%}"
-
 
 def compare(baseline, fp8, rows: list, params: dict) -> QuantCheck:
     """Run `rows` through both engines (engine.Engine, one mode) with a job's params."""

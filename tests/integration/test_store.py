@@ -149,6 +149,17 @@ def test_create_and_get_a_job(store):
     assert store.list_shards(job_id) == []
 
 
+def test_an_fp8_check_is_stored_with_the_job_and_replaced_by_a_later_attempt(store):
+    job_id = new_job(store)
+    assert store.quant_check(job_id) is None
+    figures = {"mode": "embed", "quantization": "fp8", "baseline_dtype": "float32", "num_rows": 64,
+               "cosine_mean": 0.99836, "cosine_min": 0.99749}
+    store.record_quant_check(job_id, {"error": "RuntimeError: out of memory"})
+    store.record_quant_check(job_id, figures)
+    assert store.quant_check(job_id) == figures
+    assert store.quant_check(new_job(store)) is None     # one job's check only
+
+
 def test_an_unknown_job_is_a_key_error(store):
     with pytest.raises(KeyError):
         store.get_job("0" * 32)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.outputs import EmbeddingOutput
-from engine.quant.compare import QuantCheck, compare, word_error_rate
+from engine.quant.compare import compare, word_error_rate
 
 
 class FakeEngine:
@@ -42,7 +42,6 @@ def test_embed_cosines_leave_out_rows_either_engine_refused():
     assert fp8.calls == [(["a", "b", None], {"dimensions": 2})]      # the job's own params
     assert set(check.to_dict()) == {"mode", "quantization", "baseline_dtype", "num_rows", "cosine_mean",
                                     "cosine_min"}
-    assert "cosine mean 0.85355, min 0.70711" in check.format()
 
 
 def test_transcripts_are_scored_against_the_unquantized_ones():
@@ -74,12 +73,3 @@ def test_a_check_with_no_comparable_row_says_so():
 ])
 def test_word_error_rate(reference, hypothesis, rate):
     assert word_error_rate(reference, hypothesis) == rate
-
-
-def test_a_check_formats_for_each_mode():
-    generate = QuantCheck("generate", "fp8", "float32", 4, greedy_agreement=0.9, greedy_exact=0.5,
-                          num_tokens=100, perplexity_baseline=10.0, perplexity_fp8=10.2)
-    assert generate.format() == ("fp8 vs float32 on 4 rows: greedy agreement 90.0% of tokens (50.0% of prompts "
-                                 "identical); perplexity over 100 prompt tokens 10.000 -> 10.200")
-    transcribe = QuantCheck("transcribe", "fp8", "float16", 3, wer_mean=0.01, wer_max=0.03)
-    assert "word error rate against the unquantized transcripts mean 1.00%, max 3.00%" in transcribe.format()
