@@ -143,3 +143,37 @@ def test_an_fp8_transcribe_job_records_the_word_error_rate_against_16_bit(deploy
     assert (check["mode"], check["quantization"], check["num_rows"]) == ("transcribe", "fp8", 3)
     assert 0.0 <= check["wer_mean"] <= check["wer_max"] <= 0.2
     assert read_manifest(spec.output).stats["quant_check"] == check
+
+
+def test_in_the_pipeline_an_fp8_job_and_a_16_bit_job_never_share_an_engine(deployment, tmp_path, monkeypatch):
+    import queueing.worker as worker
+    from queueing.pipeline import ShardPipeline
+    client, runtime = deployment
+    key = resolve_model("minilm").key
+    runtime.models[key] = resolve_model("minilm")
+    calls = []   # (engine's quantization, job id) per engine call
+    real_infer = worker.infer
+    monkeypatch.setattr(worker, "infer", lambda engine, job, ids, inputs: (
+        calls.append((engine.settings["quantization"], job.id)), real_infer(engine, job, ids, inputs))[1])
+    corpus = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"text": sample_sentences(120)}), corpus, row_group_size=40)
+    jobs = {}
+    for quantization, check_rows in ((None, 0), ("fp8", 16)):
+        job = client.submit(JobSpec(mode="embed", model="minilm", input=str(corpus), max_rows_per_shard=40,
+                                    output=str(tmp_path / f"out-{quantization}"), quantization=quantization,
+                                    quant_check_rows=check_rows))
+        planning.plan_job(runtime, job.id)
+        jobs[quantization] = job.id
+    runtime.pipeline = ShardPipeline(runtime, depth=2)
+    for shard_index in range(3):      # the two jobs' shards interleaved, as a worker may take them
+        for job_id in jobs.values():
+            work = worker.begin_shard(runtime, job_id, shard_index)   # the check waits for an idle pipeline
+            runtime.pipeline.submit(work)
+    runtime.pipeline.close(timeout_s=120)
+
+    for quantization, job_id in jobs.items():
+        assert [s.status.name for s in client.store.list_shards(job_id)] == ["COMMITTED"] * 3
+        assert {q for q, call_job in calls if call_job == job_id} == {quantization}
+    assert client.store.quant_check(jobs[None]) is None
+    assert client.store.quant_check(jobs["fp8"])["num_rows"] == 16
+    assert set(runtime.engines) == {(key, "embed", None), (key, "embed", "fp8")}
