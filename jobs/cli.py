@@ -117,26 +117,30 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _submit(args) -> int:
-    params = {}
-    for item in args.param:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise JobSpecError("params", f"{item!r} is not NAME=JSON")
-        params[name] = json.loads(value)
-    spec = JobSpec(mode=args.mode, model=args.model, input=args.input if len(args.input) > 1 else args.input[0],
-                   output=args.output, input_column=args.input_column, id_column=args.id_column,
-                   webhook_url=args.webhook_url, params=params, metadata=json.loads(args.metadata),
-                   if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
-                   webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after,
-                   incremental=args.incremental, quantization=args.quantization,
-                   quant_check_rows=args.quant_check_rows)
-    job = Client().submit(spec)
+    job = Client().submit(submitted_spec(args))
     print(f"job {job.id} queued")
     if job.webhook_secret:
         print(f"webhook secret (shown once): {job.webhook_secret}")
     if args.wait:
         _print_status(job.wait(progress=True))
     return 0
+
+
+def submitted_spec(args) -> JobSpec:
+    """`barge submit`'s options as a JobSpec (validated as any other)."""
+    params = {}
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise JobSpecError("params", f"{item!r} is not NAME=JSON")
+        params[name] = json.loads(value)
+    return JobSpec(mode=args.mode, model=args.model, input=args.input if len(args.input) > 1 else args.input[0],
+                   output=args.output, input_column=args.input_column, id_column=args.id_column,
+                   webhook_url=args.webhook_url, params=params, metadata=json.loads(args.metadata),
+                   if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
+                   webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after,
+                   incremental=args.incremental, quantization=args.quantization,
+                   quant_check_rows=args.quant_check_rows)
 
 
 def _status(args) -> int:

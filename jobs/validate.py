@@ -48,6 +48,7 @@ def check_job(spec: JobSpec) -> CheckedJob:
         raise JobSpecError("output", f"{spec.output} already holds a committed result (_SUCCESS); "
                                      "choose another output or submit with if_exists='replace'")
     _check_mode(spec, model)
+    _check_quant_check(spec, model)
     if spec.mode == "transcribe":
         _check_audio_column(spec, info)
     id_field = info.schema.field(spec.id_column) if spec.id_column else ROW_INDEX_FIELD
@@ -114,6 +115,17 @@ def _check_mode(spec: JobSpec, model: ModelRef) -> None:
             TranscribeParams(**spec.params)
         except ValueError as exc:
             raise JobSpecError("params", str(exc)) from None
+
+
+def _check_quant_check(spec: JobSpec, model: ModelRef) -> None:
+    """A checkpoint that is FP8 already loads as FP8 whatever is asked (engine.quant), so
+    there would be no unquantized model to compare with: the figures would mean nothing."""
+    config = Path(model.path, "config.json")
+    if not spec.quant_check_rows or not config.is_file():
+        return
+    if json.loads(config.read_text()).get("quantization_config"):
+        raise JobSpecError("quant_check_rows", f"{spec.model!r} is an FP8 checkpoint already: there is no "
+                                               "unquantized model on this worker to compare it with")
 
 
 def _check_prompt(spec: JobSpec, model: ModelRef) -> None:

@@ -206,3 +206,18 @@ def test_a_prompt_name_the_model_lacks_is_refused(corpus, tmp_path, monkeypatch)
     assert check_job(spec(corpus, tmp_path, model="qwen3-embedding", params={"prompt": "Represent: "}))
     error = refusal(spec(corpus, tmp_path, model="qwen3-embedding", params={"prompt_name": "passage"}))
     assert error.field == "params.prompt_name" and "known: query" in error.problem
+
+
+def test_an_fp8_job_with_a_check_is_accepted(corpus, tmp_path):
+    checked = check_job(spec(corpus, tmp_path, quantization="fp8", quant_check_rows=64))
+    assert checked.model.key == "all-MiniLM-L6-v2"
+
+
+def test_a_check_on_a_checkpoint_that_is_fp8_already_is_refused(corpus, tmp_path, monkeypatch):
+    folder = tmp_path / "fp8-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"hidden_size": 16, "quantization_config": {"quant_method": "fp8"}}))
+    monkeypatch.setenv("BARGE_MODELS", f"fp8-model={folder}")
+    error = refusal(spec(corpus, tmp_path, model="fp8-model", quantization="fp8", quant_check_rows=8))
+    assert error.field == "quant_check_rows" and "FP8 checkpoint already" in error.problem
+    assert check_job(spec(corpus, tmp_path, model="fp8-model", quantization="fp8")).model.path == str(folder)

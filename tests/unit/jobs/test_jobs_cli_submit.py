@@ -1,0 +1,28 @@
+"""`barge submit` options become the JobSpec fields of the same name, validated as any other."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.cli import _parser, submitted_spec
+from jobs.spec import JobSpecError
+
+REQUIRED = ["submit", "--model", "minilm", "--input", "in/", "--output", "out/"]
+
+
+def test_quantization_and_its_check_map_to_the_spec():
+    spec = submitted_spec(_parser().parse_args(REQUIRED + ["--quantization", "fp8", "--quant-check-rows", "64"]))
+    assert (spec.quantization, spec.quant_check_rows) == ("fp8", 64)
+    assert submitted_spec(_parser().parse_args(REQUIRED)).quantization is None
+
+
+def test_a_check_without_quantization_is_refused_naming_the_field():
+    with pytest.raises(JobSpecError) as refused:
+        submitted_spec(_parser().parse_args(REQUIRED + ["--quant-check-rows", "64"]))
+    assert refused.value.field == "quant_check_rows"
+
+
+def test_an_unknown_quantization_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit):
+        _parser().parse_args(REQUIRED + ["--quantization", "int8"])
+    assert "invalid choice: 'int8'" in capsys.readouterr().err
