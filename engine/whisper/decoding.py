@@ -5,6 +5,11 @@
 A request's first tokens are forced (the start-of-transcript sequence); the logits after
 <|startoftranscript|> also give its no-speech probability and, when no language was
 given, the detected language, whose tokens are then forced next.
+
+A chunk with beam_size > 1 runs one row per hypothesis (engine.whisper.beam): the
+leader row is fed and read as a greedy chunk's while tokens are forced, its siblings
+copy it; after that the beam picks the next rows from all of them together and their
+self-attention K/V follow the picks.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import torch
 
 from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
+from engine.whisper.beam import BeamSearch
 from engine.whisper.config import N_SAMPLES_PER_CHUNK
 from engine.whisper.kv_cache import DecoderCache
 from engine.whisper.logit_rules import LogitRules, max_initial_timestamp_index
@@ -44,7 +50,16 @@ class ChunkDecoder:
                 "max_admit": self.scheduler.max_admit}
 
     def add(self, request: DecodeRequest, first: bool = False) -> None:
+        self.check_beam_size(request.options.beam_size)
+        if request.options.beam_size > 1 and request.beam is None:
+            BeamSearch.around(request, self.tokenizer.eot)
         self.scheduler.add(request, first)
+
+    def check_beam_size(self, beam_size: int) -> None:
+        """A chunk's hypotheses all decode at once, one slot each."""
+        if beam_size > self.cache.max_slots:
+            raise ValueError(f"beam_size {beam_size} needs {beam_size} decoder slots, but this engine has "
+                             f"max_slots={self.cache.max_slots}; load it with more slots or choose a smaller beam")
 
     @property
     def has_work(self) -> bool:
@@ -89,9 +104,14 @@ class ChunkDecoder:
         if fresh:
             for request, features in zip(fresh, self.encode([r.audio() for r in fresh])):
                 request.audio_features = features
-        first_slot = len(self.scheduler.running) - len(admitted)
-        self.model.decoder.write_cross(self.cache, first_slot, torch.stack([r.audio_features for r in admitted]))
+        slot = len(self.scheduler.running) - sum(len(r.rows) for r in admitted)
+        leader_slots = []
         for request in admitted:
+            leader_slots.append(slot)
+            slot += len(request.rows)
+        self.model.decoder.write_cross(self.cache, leader_slots, torch.stack([r.audio_features for r in admitted]))
+        for request, leader_slot in zip(admitted, leader_slots):
+            self.cache.copy_cross(leader_slot, list(range(leader_slot + 1, leader_slot + len(request.rows))))
             if request.language is None and request.language_from is not None:
                 request.language = request.language_from.language
             if request.language is None:
@@ -100,25 +120,37 @@ class ChunkDecoder:
                 request.pending.extend(self._sot_sequence(request))
             if request.options.temperature > 0:
                 request.generator = torch.Generator(device="cpu").manual_seed(request.options.seed)
+            if request.beam is not None:
+                request.beam.follow_leader()
 
     def _sot_sequence(self, request: DecodeRequest) -> list[int]:
         options = request.options
         return self.tokenizer.sot_sequence(request.language, options.task, options.with_timestamps)
 
     def _advance(self, running: list[DecodeRequest], logits: torch.Tensor) -> list[DecodeRequest]:
-        sampling = []
-        for row, request in enumerate(running):
-            token = request.next_token
-            request.fed.append(token)
-            if not request.pending:
-                sampling.append(row)
+        """Each row took its next token; leaders move past forced tokens, then greedy rows
+        sample and each beam picks its next rows. Returns the chunks that finished."""
+        for row in running:
+            row.fed.append(row.next_token)
+        greedy, beams = [], []
+        for slot, request in enumerate(running):
+            if not request.is_leader or (request.pending and not self._pass_forced(request, logits[slot])):
                 continue
-            request.pending.popleft()
-            if token == self.tokenizer.sot:
-                self._read_sot_logits(request, logits[row])
-            if not request.pending:       # the last forced token: its logits give the first sample
-                sampling.append(row)
-        return self._sample([running[row] for row in sampling], logits[sampling]) if sampling else []
+            (greedy if request.beam is None else beams).append(slot)
+        finished = self._sample([running[slot] for slot in greedy], logits[greedy]) if greedy else []
+        slot_of = {id(row): slot for slot, row in enumerate(running)}
+        for slot in beams:
+            finished += self._beam_step(running[slot].beam, logits, slot_of)
+        return finished
+
+    def _pass_forced(self, request: DecodeRequest, logits: torch.Tensor) -> bool:
+        """The forced token just fed is done; True when it was the last (its logits give the first sample)."""
+        token = request.pending.popleft()
+        if token == self.tokenizer.sot:
+            self._read_sot_logits(request, logits)
+        if request.beam is not None:
+            request.beam.follow_leader()
+        return not request.pending
 
     def _read_sot_logits(self, request: DecodeRequest, logits: torch.Tensor) -> None:
         probs = logits.float().softmax(dim=-1)
@@ -130,9 +162,28 @@ class ChunkDecoder:
             request.language = codes[int(language_probs.argmax())]
             request.pending.extend(self._sot_sequence(request)[1:])
 
-    def _sample(self, requests: list[DecodeRequest], logits: torch.Tensor) -> list[DecodeRequest]:
+    def _apply_rules(self, requests: list[DecodeRequest], logits: torch.Tensor) -> None:
         self.rules.apply(logits, [r.output for r in requests], [r.options.with_timestamps for r in requests],
                          [max_initial_timestamp_index(r.options.max_initial_timestamp_s) for r in requests])
+
+    def _beam_step(self, beam: BeamSearch, logits: torch.Tensor, slot_of: dict[int, int]) -> list[DecodeRequest]:
+        """rules per hypothesis → candidates → rows (and their self K/V) reordered → done?"""
+        slots = [slot_of[id(row)] for row in beam.rows]
+        rows_logits = logits[slots]
+        self._apply_rules(beam.rows, rows_logits)
+        live = beam.candidates(torch.log_softmax(rows_logits, dim=-1))
+        self.cache.reorder(slots, [slots[c.source] for c in live], beam.leader.position)
+        beam.advance(live)
+        leader = beam.leader
+        if (beam.is_done or len(leader.output) >= leader.options.max_new_tokens
+                or leader.position + 1 >= self.model.config.n_text_ctx):
+            beam.finish()
+            leader.is_finished = True
+            return [leader]
+        return []
+
+    def _sample(self, requests: list[DecodeRequest], logits: torch.Tensor) -> list[DecodeRequest]:
+        self._apply_rules(requests, logits)
         logprobs = torch.log_softmax(logits, dim=-1)
         tokens = logits.argmax(dim=-1).tolist()
         finished = []

@@ -107,12 +107,11 @@ class TextDecoder(nn.Module):
         self.blocks = nn.ModuleList(DecoderBlock(c.n_text_state, c.n_text_head) for _ in range(c.n_text_layer))
         self.ln = nn.LayerNorm(c.n_text_state)
 
-    def write_cross(self, cache: DecoderCache, first_slot: int, audio_features: torch.Tensor) -> None:
-        """Cross-attention K/V of `audio_features` [k, n_audio_ctx, state] into slots first_slot.."""
-        end = first_slot + audio_features.shape[0]
+    def write_cross(self, cache: DecoderCache, slots: list[int], audio_features: torch.Tensor) -> None:
+        """Cross-attention K/V of `audio_features` [k, n_audio_ctx, state] into `slots` (k of them)."""
         for layer, block in enumerate(self.blocks):
-            cache.cross_k[layer, first_slot:end] = block.cross_attn.key(audio_features)
-            cache.cross_v[layer, first_slot:end] = block.cross_attn.value(audio_features)
+            cache.cross_k[layer, slots] = block.cross_attn.key(audio_features)
+            cache.cross_v[layer, slots] = block.cross_attn.value(audio_features)
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """One token for each of slots 0..n-1 at `positions` [n] -> logits [n, n_vocab] (float32)."""

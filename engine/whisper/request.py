@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from engine.whisper.beam import BeamSearch
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,12 @@ class DecodeOptions:
     max_new_tokens: int = 224             # openai-whisper's sample_len: n_text_ctx // 2
     max_initial_timestamp_s: float = 1.0
     seed: int = 0                         # sampling at temperature > 0 draws from this
+    beam_size: int = 1                    # > 1: beam search (engine.whisper.beam), at temperature 0 only
+
+    def __post_init__(self) -> None:
+        if self.beam_size > 1 and self.temperature > 0:
+            raise ValueError(f"beam_size {self.beam_size} decodes at temperature 0 only (openai-whisper samples "
+                             f"above it), got temperature {self.temperature}")
 
 
 @dataclass(eq=False)
@@ -42,6 +51,17 @@ class DecodeRequest:
     language_probs: dict[str, float] | None = None
     is_finished: bool = False
     generator: torch.Generator | None = None
+    beam: "BeamSearch | None" = None     # beam_size > 1: the hypotheses, this request one of them
+
+    @property
+    def rows(self) -> list["DecodeRequest"]:
+        """The decoder slots this chunk holds: its hypotheses, or itself."""
+        return self.beam.rows if self.beam is not None else [self]
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this row is the chunk's own request (not a sibling hypothesis of a beam)."""
+        return self.beam is None or self.beam.leader is self
 
     @property
     def position(self) -> int:

@@ -2,7 +2,9 @@
 leave the step they finish (continuous batching), so a long chunk never holds a batch
 of short ones hostage.
 
-Running requests sit in slots 0..num_running-1 of the DecoderCache (see kv_cache.py).
+Running rows sit in slots 0..num_running-1 of the DecoderCache (see kv_cache.py). A
+chunk decoded greedily is one row; a chunk with beam_size N is N rows, one per
+hypothesis (engine.whisper.beam), admitted together and released together.
 """
 
 from __future__ import annotations
@@ -30,26 +32,33 @@ class Scheduler:
         (self.waiting.appendleft if first else self.waiting.append)(request)
 
     def admit(self, is_ready: Callable[[DecodeRequest], bool]) -> list[DecodeRequest]:
-        """Move ready waiting requests, in queue order, into free slots; they are returned
-        and hold slots len(running)-len(admitted) .. len(running)-1."""
-        free = min(self.cache.max_slots - len(self.running), self.max_admit)
-        admitted, kept = [], deque()
+        """Move ready waiting requests, in queue order, into free slots (all rows of each);
+        they are returned, and their rows hold the last slots of `running`. A ready request
+        that does not fit stops admission, so a beam's many slots are not starved by
+        smaller requests behind it."""
+        num_free = self.cache.max_slots - len(self.running)
+        admitted, kept, is_blocked = [], deque(), False
         while self.waiting:
             request = self.waiting.popleft()
-            if len(admitted) < free and is_ready(request):
-                admitted.append(request)
-            else:
+            if is_blocked or len(admitted) >= self.max_admit or not is_ready(request):
                 kept.append(request)
+            elif len(request.rows) > num_free:
+                is_blocked = True
+                kept.append(request)
+            else:
+                admitted.append(request)
+                self.running.extend(request.rows)
+                num_free -= len(request.rows)
         self.waiting = kept
-        self.running.extend(admitted)
         return admitted
 
     def release(self, finished: list[DecodeRequest]) -> None:
-        """Free the slots of finished requests, moving the last running request into each hole."""
-        slots = sorted((self.running.index(request) for request in finished), reverse=True)
+        """Free the slots of finished requests (every row), moving the last running row into each hole."""
+        slots = sorted((self.running.index(row) for request in finished for row in request.rows), reverse=True)
         for slot in slots:
             last = len(self.running) - 1
             if slot != last:
                 self.cache.move(last, slot, self.running[last].position)
                 self.running[slot] = self.running[last]
             self.running.pop()
+

@@ -78,7 +78,7 @@ def test_decoder_logits_match_transformers(checkpoint, hf_model, clip):
         features = decoder.encode([clip])
         ours = []
         cache = decoder.cache
-        decoder.model.decoder.write_cross(cache, 0, features)
+        decoder.model.decoder.write_cross(cache, [0], features)
         with torch.inference_mode():
             for position, token in enumerate(tokens[:-1]):
                 ours.append(decoder.model.decoder.step(torch.tensor([token]), torch.tensor([position]), cache)[0])
