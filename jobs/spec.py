@@ -49,7 +49,7 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "language": ((str, type(None)), "a language code such as \"en\", or null to detect it"),
         "task": ((str,), '"transcribe" or "translate"'),
         "temperature": ((int, float, list, tuple), "a number in [0, 2] or a list of them (fallbacks)"),
-        "beam_size": ((int,), "1 (greedy decoding)"),
+        "beam_size": ((int,), "an integer from 1 (greedy) to 16 (beam search)"),
         "vad": ((bool,), "a boolean (false: cut only to fit 30 s, keep silences)"),
     },
 }

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from engine.whisper.tokenizer import LANGUAGE_CODES, TASKS
 
 FALLBACK_STEP = 0.2     # openai-whisper's temperature_increment_on_fallback
+MAX_BEAM_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,9 @@ class TranscribeParams:
     temperature: float | tuple[float, ...] = 0.0
     """The first decoding temperature, then fallbacks in 0.2 steps up to 1.0; or the
     exact sequence of temperatures to try."""
-    beam_size: int = 1                 # 1: greedy (beam search is not implemented yet)
+    beam_size: int = 1
+    """1: greedy; N > 1: beam search with N hypotheses at temperature 0 (fallbacks above 0
+    sample, as openai-whisper's transcribe does)."""
     vad: bool = True                   # False: cut only to fit 30 s, keep silences
     with_timestamps: bool = True       # False: one segment per chunk
 
@@ -32,8 +35,8 @@ class TranscribeParams:
         if not temperatures or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 2
                                    for t in temperatures):
             raise ValueError(f"temperature must be a number in [0, 2] or a list of them, got {self.temperature!r}")
-        if isinstance(self.beam_size, bool) or self.beam_size != 1:
-            raise ValueError(f"beam_size must be 1 (greedy; beam search is not implemented yet), got {self.beam_size!r}")
+        if isinstance(self.beam_size, bool) or not isinstance(self.beam_size, int) or not 1 <= self.beam_size <= MAX_BEAM_SIZE:
+            raise ValueError(f"beam_size must be an integer from 1 (greedy) to {MAX_BEAM_SIZE}, got {self.beam_size!r}")
         for name in ("vad", "with_timestamps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")
@@ -44,3 +47,7 @@ class TranscribeParams:
             return tuple(float(t) for t in self.temperature)
         steps = max(0, int(round((1.0 - self.temperature) / FALLBACK_STEP)))
         return tuple(round(self.temperature + FALLBACK_STEP * i, 6) for i in range(steps + 1))
+
+    def beam_size_at(self, temperature: float) -> int:
+        """Beams decode at temperature 0 only; a fallback above it samples one hypothesis."""
+        return self.beam_size if temperature == 0 else 1

@@ -5,9 +5,10 @@
           → stitched back per file in time order: text, segments, language, duration_s
 
 NOTE: a chunk whose text compresses too well (a loop) or whose tokens are too unlikely
-is decoded again at the next temperature (0.2, 0.4, ...) from the same encoder output;
-when every temperature fails it is cut in two at its quietest point and each half
-starts over, once. A chunk the model thinks is silence (no-speech probability > 0.6
+is decoded again at the next temperature (0.2, 0.4, ...) from the same encoder output
+(a beam search decodes at temperature 0 only; the fallbacks sample, as openai-whisper's
+transcribe does); when every temperature fails it is cut in two at its quietest point
+and each half starts over, once. A chunk the model thinks is silence (no-speech probability > 0.6
 with unlikely tokens) contributes nothing. These are openai-whisper's thresholds.
 
 Whisper sometimes ends a chunk early, leaving its last sentence untranscribed. Like
@@ -75,6 +76,7 @@ class Transcriber:
 
     def transcribe(self, sources: list, params: TranscribeParams) -> list[TranscriptionOutput]:
         self.tokenizer.check_language(params.language)
+        self.decoder.check_beam_size(params.beam_size)
         language = params.language or (None if self.tokenizer.is_multilingual else "en")
         works: list[FileWork | TranscriptionOutput] = [self._open(source, language) for source in sources]
         jobs: dict[int, ChunkJob] = {}
@@ -98,8 +100,9 @@ class Transcriber:
     def _submit(self, jobs: dict, job: ChunkJob, params: TranscribeParams, features=None,
                 first: bool = False) -> DecodeRequest:
         file, chunk = job.file, job.chunk
-        options = DecodeOptions(task=params.task, temperature=params.temperatures[job.attempt],
-                                with_timestamps=params.with_timestamps, seed=chunk.start * 8 + job.attempt)
+        temperature = params.temperatures[job.attempt]
+        options = DecodeOptions(task=params.task, temperature=temperature, with_timestamps=params.with_timestamps,
+                                seed=chunk.start * 8 + job.attempt, beam_size=params.beam_size_at(temperature))
         is_first = file.first_request is None
         request = DecodeRequest(next(self._ids), lambda: chunk.samples(file.audio), options,
                                 language=file.language, audio_features=features,

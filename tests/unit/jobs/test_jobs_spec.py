@@ -32,6 +32,7 @@ def test_a_minimal_spec_gets_the_defaults():
     (dict(mode=""), "mode", "unknown mode"),
     (dict(mode="transcribe", params={"beam": 2}), "params.beam", "unknown parameter for mode 'transcribe'"),
     (dict(mode="transcribe", params={"vad": "yes"}), "params.vad", "must be a boolean"),
+    (dict(mode="transcribe", params={"beam_size": "5"}), "params.beam_size", "an integer from 1 (greedy) to 16"),
     (dict(mode="transcribe", params={"language": 7}), "params.language", "language code"),
     # required text fields
     (dict(model=""), "model", "non-empty"),

@@ -221,3 +221,11 @@ def test_a_check_on_a_checkpoint_that_is_fp8_already_is_refused(corpus, tmp_path
     error = refusal(spec(corpus, tmp_path, model="fp8-model", quantization="fp8", quant_check_rows=8))
     assert error.field == "quant_check_rows" and "FP8 checkpoint already" in error.problem
     assert check_job(spec(corpus, tmp_path, model="fp8-model", quantization="fp8")).model.path == str(folder)
+
+
+def test_a_transcribe_job_may_ask_for_beam_search_within_limits(corpus, tmp_path):
+    """`text` holds strings, which a transcribe job reads as audio paths or URLs."""
+    job = dict(mode="transcribe", model="whisper-tiny.en", input_column="text")
+    assert check_job(spec(corpus, tmp_path, **job, params={"beam_size": 5}))
+    error = refusal(spec(corpus, tmp_path, **job, params={"beam_size": 17}))
+    assert error.field == "params" and "beam_size must be an integer from 1 (greedy) to 16" in error.problem

@@ -121,3 +121,25 @@ def test_finish_fills_up_from_the_likeliest_live_rows_and_normalises_by_length()
     beam.finish()
     assert leader.output == [6, 6, 6, 6] and leader.sum_logprob == -8.0
     assert np.isclose(leader.avg_logprob, -8.0 / 5)
+
+
+def test_a_beam_chunk_that_fails_the_checks_falls_back_to_sampling_one_hypothesis(tmp_path):
+    """Given a random-weight Whisper, whose text is always too unlikely, and beam_size 3,
+    when a file is transcribed, then the first try is a beam at temperature 0 and every
+    fallback samples a single hypothesis at the next temperature, as openai-whisper does."""
+    from engine.whisper.params import TranscribeParams
+    from engine.whisper.transcriber import Transcriber
+    from tests.support.random_whisper import random_chunk_decoder
+
+    decoder = random_chunk_decoder(tmp_path, max_slots=4, max_admit=2)
+    tried = []
+    add = decoder.add
+    decoder.add = lambda request, first=False: (tried.append(request.options), add(request, first))
+    noise = np.random.default_rng(0).normal(0, 0.1, 16_000 * 3).astype(np.float32)
+    params = TranscribeParams(language="en", beam_size=3, vad=False, temperature=[0.0, 0.5])
+    [output] = Transcriber(decoder).transcribe([noise], params)
+    assert output.error is None
+    assert [(o.temperature, o.beam_size) for o in tried[:2]] == [(0.0, 3), (0.5, 1)]
+    assert not decoder.has_work and decoder.scheduler.running == []
+    with pytest.raises(ValueError, match="beam_size 5 needs 5 decoder slots"):
+        Transcriber(decoder).transcribe([noise], TranscribeParams(beam_size=5))

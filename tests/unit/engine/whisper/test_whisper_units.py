@@ -97,13 +97,22 @@ def test_a_request_waits_for_its_files_language():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"task": "summarize"}, "task must be one of"), ({"temperature": -0.1}, "temperature must be"),
-    ({"temperature": [0.0, "hot"]}, "temperature must be"), ({"beam_size": 5}, "beam_size must be 1"),
+    ({"temperature": [0.0, "hot"]}, "temperature must be"),
+    ({"beam_size": 0}, "beam_size must be an integer from 1"), ({"beam_size": 17}, "beam_size must be an integer"),
+    ({"beam_size": 2.0}, "beam_size must be"), ({"beam_size": True}, "beam_size must be"),
     ({"vad": "yes"}, "vad must be a boolean"), ({"language": 3}, "language must be"),
     ({"language": "klingon"}, "language must be a language code"),
 ])
 def test_bad_parameters_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TranscribeParams(**kwargs)
+
+
+def test_beams_decode_at_temperature_zero_and_fallbacks_sample():
+    params = TranscribeParams(beam_size=5)
+    assert [params.beam_size_at(t) for t in params.temperatures[:2]] == [5, 1]
+    with pytest.raises(ValueError, match="temperature 0 only"):
+        DecodeOptions(beam_size=5, temperature=0.2)
 
 
 def test_temperature_fallbacks():
