@@ -1,6 +1,7 @@
 """Barge's Whisper against openai-whisper on the real Whisper base weights (CTranslate2
 tensors converted to openai's layout): same log-Mel features, same greedy tokens with
-timestamps on every ALSA voice clip and on espeak-ng speech, same detected language."""
+timestamps on every ALSA voice clip and on espeak-ng speech, same detected language;
+and the same beam-search tokens (beam_size 5), with and without timestamps."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from tests.support.speech import ALSA_DIR, espeak
 from tests.support.whisper_models import base_path, one_thread, openai_reference
 
 ALSA_CLIPS = sorted(ALSA_DIR.glob("*.wav"))
+BEAM_SIZE = 5
+NO_TIMESTAMP_CLIPS = ["Front_Left.wav", "Rear_Center.wav", "Side_Right.wav", "Noise.wav"]
 ESPEAK_TEXTS = ["The quick brown fox jumps over the lazy dog.",
                 "A barge moves slowly down the wide river at night.",
                 "Please close the window before you leave the room."]
@@ -60,15 +63,43 @@ def expected(reference, clips) -> dict:
 def ours(asr, clips) -> dict[str, DecodeRequest]:
     """Every clip through Barge's decoder in one continuous batch: the ALSA clips told
     the language, the espeak-ng ones detecting it."""
+    return _decode_all(asr, clips, DecodeOptions())
+
+
+def _decode_all(asr, clips: dict[str, np.ndarray], options: DecodeOptions) -> dict[str, DecodeRequest]:
     decoder = asr.transcriber.decoder
     requests = {}
     for index, (name, samples) in enumerate(clips.items()):
         language = None if name in ESPEAK_TEXTS else "en"
-        requests[name] = DecodeRequest(index, lambda samples=samples: samples, DecodeOptions(), language)
+        requests[name] = DecodeRequest(index, lambda samples=samples: samples, options, language)
         decoder.add(requests[name])
     while decoder.has_work:
         decoder.step()
     return requests
+
+
+def _reference_beam(reference, clips: dict[str, np.ndarray], options: DecodingOptions) -> dict:
+    """One clip per call: openai-whisper 20250625 repeats the tokens but not the audio
+    features by the beam size (openai/whisper#1483, fix pending in #2197), so a batch of
+    several clips fails in cross-attention; a single clip broadcasts and is correct."""
+    results = {}
+    with torch.inference_mode():
+        for name, samples in clips.items():
+            mel = whisper.log_mel_spectrogram(torch.from_numpy(samples), padding=N_SAMPLES_PER_CHUNK)[:, :3000]
+            results[name] = whisper.decode(reference, reference.encoder(mel[None]), options)[0]
+    return results
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["timestamps", "no-timestamps"])
+def beam_pair(request, asr, reference, clips) -> tuple[dict, dict]:
+    """openai-whisper's beam search (language en, temperature 0) and Barge's, on every
+    clip with timestamps and on a few without; Barge's espeak-ng clips detect the language."""
+    with_timestamps = request.param
+    chosen = clips if with_timestamps else {name: clips[name] for name in NO_TIMESTAMP_CLIPS}
+    theirs = _reference_beam(reference, chosen, DecodingOptions(
+        language="en", temperature=0.0, beam_size=BEAM_SIZE, without_timestamps=not with_timestamps, fp16=False))
+    ours = _decode_all(asr, chosen, DecodeOptions(beam_size=BEAM_SIZE, with_timestamps=with_timestamps))
+    return theirs, ours
 
 
 def _samples(path) -> np.ndarray:
@@ -104,6 +135,17 @@ def test_greedy_tokens_match_openai_whisper(asr, ours, expected):
     assert len(expected) == 12
 
 
+def test_beam_search_tokens_match_openai_whisper(asr, beam_pair):
+    theirs, ours = beam_pair
+    decode = asr.transcriber.tokenizer.decode
+    differing = {name: (decode(ours[name].output), result.text) for name, result in theirs.items()
+                 if ours[name].output != result.tokens}
+    assert not differing, differing
+    for name, result in theirs.items():
+        assert ours[name].avg_logprob == pytest.approx(result.avg_logprob, abs=1e-3), name
+        assert ours[name].no_speech_prob == pytest.approx(result.no_speech_prob, abs=1e-3), name
+
+
 def test_detected_language_matches_openai_whisper(ours, expected):
     for text in ESPEAK_TEXTS:
         probs = expected[text][1]
@@ -121,3 +163,16 @@ def test_transcribe_without_vad_gives_the_reference_text(asr, clips, expected):
         assert result.text == expected[name][0].text.strip(), name
         assert result.segments and result.segments[0].start >= 0
         assert result.segments[-1].end <= result.duration_s + 1e-6
+
+
+def test_transcribe_with_beams_gives_the_reference_beam_text(asr, clips, beam_pair):
+    """Engine.transcribe(beam_size=5) with VAD off: one chunk per clip, decoded by the beam
+    at temperature 0 and passing the hallucination checks, says what openai-whisper's
+    beam search said."""
+    theirs, ours = beam_pair
+    names = [name for name in theirs if name != "Noise.wav"][:3]
+    with_timestamps = bool(ours[names[0]].options.with_timestamps)
+    results = asr.transcribe([clips[name] for name in names], language="en", vad=False, beam_size=BEAM_SIZE,
+                             with_timestamps=with_timestamps)
+    for name, result in zip(names, results):
+        assert result.error is None and result.text == theirs[name].text.strip(), name
