@@ -113,7 +113,12 @@ def compare_transcripts(baseline, fp8, audio: list, params: dict) -> dict:
 def word_error_rate(reference: str, hypothesis: str) -> float:
     """Word-level Levenshtein distance over the reference's word count, case and
     punctuation ignored; two empty transcripts agree."""
-    ref, hyp = _words(reference), _words(hypothesis)
+    return edit_rate(_words(reference), _words(hypothesis))
+
+
+def edit_rate(ref: list[str], hyp: list[str]) -> float:
+    """Levenshtein distance between two word lists over the reference's length (its
+    normalisation is the caller's)."""
     previous = list(range(len(hyp) + 1))
     for i, ref_word in enumerate(ref, 1):
         current = [i]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.quant.compare import edit_rate
+
 ALSA_DIR = Path("/usr/share/sounds/alsa")
 SAMPLE_RATE = 16_000
 
@@ -96,11 +98,4 @@ def normalise(text: str) -> list[str]:
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
     """Word-level Levenshtein distance over the reference's word count, after normalise()."""
-    ref, hyp = normalise(reference), normalise(hypothesis)
-    previous = list(range(len(hyp) + 1))
-    for i, ref_word in enumerate(ref, 1):
-        current = [i]
-        for j, hyp_word in enumerate(hyp, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref_word != hyp_word)))
-        previous = current
-    return previous[-1] / max(1, len(ref))
+    return edit_rate(normalise(reference), normalise(hypothesis))
