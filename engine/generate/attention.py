@@ -6,9 +6,11 @@ NOTE: the batch is one flat run of tokens from many sequences, decodes first:
     cache:   [num_kv_heads, num_blocks, block_size, head_dim] per layer, K and V apart
 
 Every new token's K/V is written to its slot first; then each sequence attends over
-its whole context (cached tokens + new ones) gathered back from its block table.
-On CPU that gather plus batched matmuls is the kernel: correct, and cheap enough
-beside the weight matmuls. Decodes go in groups of similar context length, so the
+its whole context (cached tokens + new ones). On CPU, decodes run in the compiled
+kernel of engine/kernels/cpu_ops.py, which reads K/V where they lie in the blocks; that
+is most of the attention work once outputs grow. Without it (and for prefill chunks
+after cached tokens) the context is gathered back from the block table and attended
+with batched matmuls: decodes then go in groups of similar context length, so the
 padding each group pays stays small, and grouped-query heads share their K/V rather
 than copying it per query head. A GPU build swaps this module for a Triton kernel.
 """
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.kernels import cpu_ops
+
 
 @dataclass
 class DecodeGroup:
@@ -27,7 +31,9 @@ class DecodeGroup:
 
     start: int                  # index of the group's first token in the flat batch
     block_table: torch.Tensor   # long [num_seqs, max_num_blocks]: each sequence's blocks (0 = padding)
-    bias: torch.Tensor          # [num_seqs, max_num_blocks * block_size]: 0 on real context tokens, -inf beyond
+    context_lens: torch.Tensor  # long [num_seqs]: cached tokens + the new one
+    bias: torch.Tensor | None   # [num_seqs, max_num_blocks * block_size]: 0 on real context tokens, -inf
+                                # beyond; None when the group goes to the compiled CPU kernel
 
 
 @dataclass
@@ -57,7 +63,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     out = torch.empty_like(q)
     for group in meta.decodes:
         rows = slice(group.start, group.start + group.block_table.shape[0])
-        out[rows] = _decode(q[rows], k_cache, v_cache, group, scale)
+        if group.bias is None:
+            out[rows] = cpu_ops.paged_decode(q[rows], k_cache, v_cache, group.block_table, group.context_lens, scale)
+        else:
+            out[rows] = _decode(q[rows], k_cache, v_cache, group, scale)
     for chunk in meta.prefills:
         rows = slice(chunk.start, chunk.start + chunk.num_new_tokens)
         if chunk.block_ids is None:     # nothing cached: attend over the new tokens as they are

@@ -11,6 +11,7 @@ from engine.generate.kv_cache import KVCache
 from engine.generate.request import Request
 from engine.generate.sampler import Sampler, top_logprobs
 from engine.generate.scheduler import SchedulerOutput
+from engine.kernels import cpu_ops
 from engine.models.llama import LlamaForCausalLM
 
 PADDING_SLACK = 1.25      # a decode group may pad its context up to 25% beyond the real tokens
@@ -40,6 +41,9 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.sampler = Sampler()
+        # Decode attention in the compiled kernel: fp32 on CPU only, where it can be built.
+        self.use_cpu_kernel = (device.type == "cpu" and bool(kv_cache) and kv_cache[0][0].dtype == torch.float32
+                               and cpu_ops.cpu_kernels_available())
 
     @torch.inference_mode()
     def execute(self, output: SchedulerOutput) -> ModelRunnerOutput:
@@ -105,7 +109,10 @@ class ModelRunner:
 
     def _decode_groups(self, decodes: list[Request]) -> list[DecodeGroup]:
         """Split decodes (sorted by context length, longest first) where padding to the
-        group's longest context would cost more than PADDING_SLACK of the real work."""
+        group's longest context would cost more than PADDING_SLACK of the real work.
+        The compiled CPU kernel pads nothing: it takes them all as one group."""
+        if decodes and self.use_cpu_kernel:
+            return [self._decode_group(decodes, 0, with_bias=False)]
         groups, start = [], 0
         while start < len(decodes):
             longest, total, end = decodes[start].num_computed_tokens + 1, 0, start
@@ -117,15 +124,17 @@ class ModelRunner:
             start = end
         return groups
 
-    def _decode_group(self, decodes: list[Request], start: int) -> DecodeGroup:
-        context_lens = torch.tensor([r.num_computed_tokens + 1 for r in decodes], device=self.device)
+    def _decode_group(self, decodes: list[Request], start: int, with_bias: bool = True) -> DecodeGroup:
+        context_lens = torch.tensor([r.num_computed_tokens + 1 for r in decodes], dtype=torch.long, device=self.device)
         max_blocks = max(len(r.block_ids) for r in decodes)
         table = torch.zeros(len(decodes), max_blocks, dtype=torch.long, device=self.device)
         for row, request in enumerate(decodes):
             table[row, :len(request.block_ids)] = torch.tensor(request.block_ids, dtype=torch.long)
+        if not with_bias:
+            return DecodeGroup(start, table, context_lens, None)
         is_real = torch.arange(max_blocks * self.block_size, device=self.device)[None, :] < context_lens[:, None]
         bias = torch.zeros(is_real.shape, device=self.device).masked_fill(~is_real, float("-inf"))
-        return DecodeGroup(start, table, bias.to(self.model.lm_head.weight.dtype))
+        return DecodeGroup(start, table, context_lens, bias.to(self.model.lm_head.weight.dtype))
 
     def _prompt_logprobs(self, output: SchedulerOutput, batch: ForwardBatch,
                          logits: torch.Tensor) -> dict[int, list[dict[int, float]]]:

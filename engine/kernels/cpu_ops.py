@@ -1,0 +1,69 @@
+"""Compiled CPU kernels, built once per machine by torch's extension builder (g++ and ninja).
+
+Decode attention over the paged KV cache is the one CPU kernel plain PyTorch cannot
+express without copying: batched matmuls need each sequence's K/V gathered out of its
+blocks first, which reads and writes the whole context again on every step. The C++
+kernel in cpu/paged_decode.cpp reads each K/V row once where it lies. Where it cannot be
+built (no compiler, BARGE_CPU_KERNELS=0), decode attention keeps its PyTorch path, which
+gives the same results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("barge.engine")
+
+SOURCE = Path(__file__).with_name("cpu") / "paged_decode.cpp"
+_lock = threading.Lock()
+_built: bool | None = None
+
+
+def cpu_kernels_available() -> bool:
+    """Build (or load the build of) the CPU kernels on first call; False if they cannot be."""
+    global _built
+    with _lock:
+        if _built is None:
+            _built = _build()
+        return _built
+
+
+def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                 context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [num_seqs, num_heads, head_dim] fp32, caches [num_kv_heads, num_blocks, block_size, head_dim],
+    block_tables long [num_seqs, max_blocks], context_lens long [num_seqs] -> like q."""
+    return torch.ops.barge_cpu.paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
+
+
+def _build_name() -> str:
+    """One build per source and torch installation: checkouts with their own virtual
+    environments share ~/.cache/torch_extensions without rebuilding over each other."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + torch.__file__.encode())
+    return f"barge_cpu_ops_{digest.hexdigest()[:12]}"
+
+
+def _build() -> bool:
+    if os.environ.get("BARGE_CPU_KERNELS", "1") == "0":
+        return False
+    from torch.utils import cpp_extension
+
+    if shutil.which("ninja") is None:   # the ninja wheel installs next to this interpreter
+        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    # -ffast-math for the compile only, so that expf vectorises (glibc's libmvec); the link
+    # step never sees it, so no crtfastmath changes the process's denormal handling.
+    try:
+        cpp_extension.load(name=_build_name(), sources=[str(SOURCE)], is_python_module=False,
+                           extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"], extra_ldflags=["-fopenmp"])
+    except Exception as error:      # noqa: BLE001 - any build failure leaves the PyTorch path
+        log.warning("CPU kernels could not be built (%s); decode attention takes the PyTorch path",
+                    str(error).splitlines()[0] if str(error) else type(error).__name__)
+        return False
+    return True
