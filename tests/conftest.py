@@ -13,3 +13,11 @@ os.environ["BARGE_DATA_DIR"] = tempfile.mkdtemp(prefix="barge-tests-")
 # triton is first imported (triton.language's own helpers are jit'd at import), hence here.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_sessionstart(session):
+    """Build the CPU decode-attention kernel once, before any test, so that no worker
+    process a test starts spends its job's time compiling it (it is cached per machine)."""
+    from engine.kernels import cpu_ops
+
+    cpu_ops.cpu_kernels_available()
