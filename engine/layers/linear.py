@@ -27,7 +27,17 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
 }
-FUSED_DTYPES = (torch.float32, torch.bfloat16)
+def _fused_dtypes() -> tuple[torch.dtype, ...]:
+    """oneDNN's fused bf16 linears need avx512bw/vl/dq or avx_ne_convert; on a CPU
+    without them (AVX2 only) it raises, so bf16 takes the unfused path there."""
+    try:
+        bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        bf16 = False
+    return (torch.float32, torch.bfloat16) if bf16 else (torch.float32,)
+
+
+FUSED_DTYPES = _fused_dtypes()
 
 
 def _has_onednn_linear() -> bool:
