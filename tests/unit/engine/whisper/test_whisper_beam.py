@@ -66,14 +66,20 @@ def test_beam_search_picks_what_openai_whisper_picks(beam_size, max_len):
         assert our_beam(beam_size, seed, max_len) == openai_beam(beam_size, seed, max_len), seed
 
 
-def test_a_beam_takes_all_its_slots_or_waits_and_leaves_whole():
-    cache = DecoderCache(TINY, max_slots=4, dtype=torch.float32, device=torch.device("cpu"))
+def _greedy_beam_greedy(max_slots: int):
+    """A scheduler over max_slots slots holding, in order: a greedy request, a 3-beam search, a greedy one."""
+    cache = DecoderCache(TINY, max_slots=max_slots, dtype=torch.float32, device=torch.device("cpu"))
     scheduler = Scheduler(cache, max_admit=4)
     greedy = DecodeRequest(0, None, DecodeOptions(), "en")
     beam = BeamSearch.around(DecodeRequest(1, None, DecodeOptions(beam_size=3), "en"), EOT).leader
-    late = DecodeRequest(2, None, DecodeOptions(), "en")
-    for request in (greedy, beam, late):
+    last = DecodeRequest(2, None, DecodeOptions(), "en")
+    for request in (greedy, beam, last):
         scheduler.add(request)
+    return cache, scheduler, greedy, beam, last
+
+
+def test_a_beam_takes_all_its_slots_or_waits_and_leaves_whole():
+    cache, scheduler, greedy, beam, late = _greedy_beam_greedy(max_slots=4)
     assert scheduler.admit(lambda r: True) == [greedy, beam]
     assert scheduler.running == [greedy, *beam.rows] and list(scheduler.waiting) == [late]
     for slot, row in enumerate(scheduler.running):
@@ -87,13 +93,7 @@ def test_a_beam_takes_all_its_slots_or_waits_and_leaves_whole():
 
 
 def test_a_ready_beam_that_does_not_fit_holds_back_the_queue_behind_it():
-    cache = DecoderCache(TINY, max_slots=3, dtype=torch.float32, device=torch.device("cpu"))
-    scheduler = Scheduler(cache, max_admit=4)
-    first = DecodeRequest(0, None, DecodeOptions(), "en")
-    beam = BeamSearch.around(DecodeRequest(1, None, DecodeOptions(beam_size=3), "en"), EOT).leader
-    behind = DecodeRequest(2, None, DecodeOptions(), "en")
-    for request in (first, beam, behind):
-        scheduler.add(request)
+    _, scheduler, first, beam, behind = _greedy_beam_greedy(max_slots=3)
     assert scheduler.admit(lambda r: True) == [first]
     assert list(scheduler.waiting) == [beam, behind]
 
