@@ -26,13 +26,24 @@ def test_packed_linear_matches_nn_linear(rows):
     assert torch.allclose(packed(x.view(1, rows, 96)), expected.view(1, rows, 160), atol=1e-5, rtol=1e-5)
 
 
-def test_fused_epilogues_take_a_packed_linear():
+@pytest.mark.parametrize("act, reference", [
+    ("gelu", F.gelu),
+    ("gelu_new", lambda y: F.gelu(y, approximate="tanh")),
+    ("relu", F.relu),
+])
+def test_fused_epilogues_take_a_packed_linear(act, reference):
+    """With autograd (unfused) and in inference (ReLU fused by oneDNN, GELU in place after it)."""
     torch.manual_seed(0)
     linear = nn.Linear(64, 64)
     x, residual = torch.randn(9, 64), torch.randn(9, 64)
     packed = PackedLinear(linear, batch_hint=16)
-    assert torch.allclose(linear_act(x, packed, "gelu"), F.gelu(linear(x)), atol=1e-5)
-    assert torch.allclose(linear_residual(x, packed, residual), residual + linear(x), atol=1e-5)
+    with torch.no_grad():
+        expected = reference(linear(x))
+    assert torch.allclose(linear_act(x, packed, act), expected, atol=1e-5)
+    with torch.inference_mode():
+        assert torch.allclose(linear_act(x, packed, act), expected, atol=1e-5)
+        assert torch.allclose(linear_act(x, linear, act), expected, atol=1e-5)
+        assert torch.allclose(linear_residual(x, packed, residual), residual + linear(x), atol=1e-5)
 
 
 def test_pack_linears_swaps_plain_fp32_linears_only():
