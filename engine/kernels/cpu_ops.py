@@ -1,11 +1,16 @@
 """Compiled CPU kernels, built once per machine by torch's extension builder (g++ and ninja).
 
-Decode attention over the paged KV cache is the one CPU kernel plain PyTorch cannot
-express without copying: batched matmuls need each sequence's K/V gathered out of its
-blocks first, which reads and writes the whole context again on every step. The C++
-kernel in cpu/paged_decode.cpp reads each K/V row once where it lies. Where it cannot be
-built (no compiler, BARGE_CPU_KERNELS=0), decode attention keeps its PyTorch path, which
-gives the same results.
+Two attention kernels plain PyTorch does badly on a CPU:
+
+- cpu/paged_decode.cpp: decode attention over the paged KV cache. Batched matmuls need
+  each sequence's K/V gathered out of its blocks first, which reads and writes the whole
+  context again on every step; the kernel reads each K/V row once where it lies.
+- cpu/varlen_attention.cpp: attention over a packed batch of texts (the embedders). SDPA
+  needs one call per run of equal-length texts, and for texts of tens of tokens its
+  fused kernel spends more on setup than on math; the kernel takes the whole batch.
+
+Where they cannot be built (no compiler, BARGE_CPU_KERNELS=0), attention keeps its
+PyTorch paths, which give the same results.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 log = logging.getLogger("barge.engine")
 
-SOURCE = Path(__file__).with_name("cpu") / "paged_decode.cpp"
+SOURCES = tuple(Path(__file__).with_name("cpu") / name for name in ("paged_decode.cpp", "varlen_attention.cpp"))
 _lock = threading.Lock()
 _built: bool | None = None
 
@@ -43,10 +48,21 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     return torch.ops.barge_cpu.paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
 
 
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, scale: float,
+                     causal: bool = False, half_window: int | None = None) -> torch.Tensor:
+    """Attention over a packed batch, each text attending only to itself: q [num_tokens, num_heads,
+    head_dim] fp32, k/v [num_tokens, num_kv_heads, head_dim] (any row stride; heads and head_dim
+    contiguous within a row), cu_seqlens [num_seqs + 1] -> [num_tokens, num_heads, head_dim].
+    causal: a token sees those before it; half_window: at most this many positions away."""
+    return torch.ops.barge_cpu.varlen_attention(q, k, v, cu_seqlens, scale, causal,
+                                                -1 if half_window is None else half_window)
+
+
 def _build_name() -> str:
     """One build per source and torch installation: checkouts with their own virtual
     environments share ~/.cache/torch_extensions without rebuilding over each other."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + torch.__file__.encode())
+    digest = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)
+                            + torch.__version__.encode() + torch.__file__.encode())
     return f"barge_cpu_ops_{digest.hexdigest()[:12]}"
 
 
@@ -60,7 +76,7 @@ def _build() -> bool:
     # -ffast-math for the compile only, so that expf vectorises (glibc's libmvec); the link
     # step never sees it, so no crtfastmath changes the process's denormal handling.
     try:
-        cpp_extension.load(name=_build_name(), sources=[str(SOURCE)], is_python_module=False,
+        cpp_extension.load(name=_build_name(), sources=[str(source) for source in SOURCES], is_python_module=False,
                            extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"], extra_ldflags=["-fopenmp"])
     except Exception as error:      # noqa: BLE001 - any build failure leaves the PyTorch path
         log.warning("CPU kernels could not be built (%s); decode attention takes the PyTorch path",

@@ -1,9 +1,11 @@
 """Self-attention over a packed batch.
 
-On CPU: one dense SDPA call per run of equal-length texts (views of the flat tensor, no
-padding). On CUDA: one Triton varlen kernel call for the whole batch
-(engine/kernels/varlen_attention.py), texts delimited by the batch's cu_seqlens. Where
-Triton is missing or head_dim is over the kernel's limit, CUDA takes the SDPA path too.
+On CUDA: one Triton varlen kernel call for the whole batch (engine/kernels/varlen_attention.py),
+texts delimited by the batch's cu_seqlens. On CPU in fp32: one call of the compiled CPU
+kernel for the whole batch (engine/kernels/cpu/varlen_attention.cpp). Elsewhere (bf16 on
+CPU, no compiler, BARGE_CPU_KERNELS=0; CUDA without Triton or with head_dim over the
+kernel's limit): one dense SDPA call per run of equal-length texts (views of the flat
+tensor, no padding).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 
 from engine.batching import AttentionGroup
 from engine.batching import cu_seqlens as groups_cu_seqlens
+from engine.kernels import cpu_ops
 
 KERNEL_MAX_HEAD_DIM = 128      # engine.kernels.varlen_attention.MAX_HEAD_DIM, without importing Triton
 
@@ -28,15 +31,21 @@ class SlidingWindow:
     masks: tuple[torch.Tensor | None, ...] | None   # band_masks per group for the SDPA path; None: not built
 
 
-def sliding_window(groups: tuple[AttentionGroup, ...], half_window: int, device: torch.device) -> SlidingWindow:
-    """The window of one forward pass, shared by its local layers. The masks are built only
-    where SDPA will need them: the GPU kernel applies the window itself."""
-    masks = None if kernel_runs_on(device) else band_masks(groups, half_window, device)
+def sliding_window(groups: tuple[AttentionGroup, ...], half_window: int, like: torch.Tensor) -> SlidingWindow:
+    """The window of one forward pass, shared by its local layers; `like`: a tensor of the
+    pass's device and dtype. The masks are built only where SDPA will need them: the
+    kernels (Triton on GPU, C++ on CPU) apply the window themselves."""
+    kernel = kernel_runs_on(like.device) or cpu_kernel_runs_on(like)
+    masks = None if kernel else band_masks(groups, half_window, like.device)
     return SlidingWindow(half_window, masks)
 
 
 def kernel_runs_on(device: torch.device, head_dim: int = KERNEL_MAX_HEAD_DIM) -> bool:
     return device.type == "cuda" and head_dim <= KERNEL_MAX_HEAD_DIM and _varlen_kernel() is not None
+
+
+def cpu_kernel_runs_on(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype == torch.float32 and cpu_ops.cpu_kernels_available()
 
 
 def _varlen_kernel() -> ModuleType | None:
@@ -61,6 +70,9 @@ def varlen_attention(qkv: torch.Tensor, groups: tuple[AttentionGroup, ...], num_
     if kernel_runs_on(qkv.device, head_dim):
         q, k, v = qkv.view(num_tokens, 3, num_heads, head_dim).unbind(1)
         return _attend_on_kernel(q, k, v, groups, cu_seqlens, None, False).view(num_tokens, hidden)
+    if cpu_kernel_runs_on(qkv):
+        q, k, v = qkv.view(num_tokens, 3, num_heads, head_dim).unbind(1)
+        return _attend_on_cpu_kernel(q, k, v, groups, cu_seqlens, None, False).view(num_tokens, hidden)
     out = qkv.new_empty(num_tokens, hidden)
     for group in groups:
         end = group.start + group.num_tokens
@@ -85,6 +97,8 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: 
     """
     if kernel_runs_on(q.device, q.shape[-1]):
         return _attend_on_kernel(q, k, v, groups, cu_seqlens, window, is_causal)
+    if cpu_kernel_runs_on(q) and _rows_contiguous(q, k, v):
+        return _attend_on_cpu_kernel(q, k, v, groups, cu_seqlens, window, is_causal)
     return attend_per_group(q, k, v, groups, window, is_causal)
 
 
@@ -118,6 +132,21 @@ def _attend_on_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups:
     max_seqlen = max((group.seq_len for group in groups), default=0)
     return _varlen_kernel().varlen_attention(q, k, v, cu_seqlens, max_seqlen, causal=is_causal,
                                              half_window=window.half_window if window is not None else None)
+
+
+def _attend_on_cpu_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: tuple[AttentionGroup, ...],
+                          cu_seqlens: torch.Tensor | None, window: SlidingWindow | None,
+                          is_causal: bool) -> torch.Tensor:
+    """The whole packed batch in one call of the compiled CPU kernel."""
+    if cu_seqlens is None:
+        cu_seqlens = groups_cu_seqlens(groups)
+    return cpu_ops.varlen_attention(q, k, v, cu_seqlens, q.shape[-1] ** -0.5, is_causal,
+                                    window.half_window if window is not None else None)
+
+
+def _rows_contiguous(*tensors: torch.Tensor) -> bool:
+    """Each [num_tokens, heads, head_dim] with heads and head_dim packed within a row, as the CPU kernel reads them."""
+    return all(x.stride(2) == 1 and (x.shape[1] == 1 or x.stride(1) == x.shape[2]) for x in tensors)
 
 
 def band_masks(groups: tuple[AttentionGroup, ...], half_window: int, device: torch.device,

@@ -186,7 +186,7 @@ class ModernBertModel(nn.Module):
         hidden = self.embeddings(batch.input_ids)
         global_rope = rope_cos_sin(batch.positions, config.head_dim, config.global_rope_theta)
         local_rope = rope_cos_sin(batch.positions, config.head_dim, config.local_rope_theta)
-        local_window = sliding_window(batch.groups, config.local_attention // 2, hidden.device)
+        local_window = sliding_window(batch.groups, config.local_attention // 2, hidden)
         for layer in self.layers:
             if layer.is_global:
                 hidden = layer(hidden, global_rope, batch, None)

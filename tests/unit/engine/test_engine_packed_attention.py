@@ -1,6 +1,7 @@
 """packed_attention, varlen_attention and band_masks against plain attention run one text at a
-time: the CPU path (SDPA per group), and the GPU path (the Triton kernel over the whole batch)
-run here by Triton's interpreter with the device check forced open."""
+time: both CPU paths (the compiled kernel over the whole batch, and SDPA per group), and the
+GPU path (the Triton kernel over the whole batch) run here by Triton's interpreter with the
+device check forced open."""
 
 import os
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 
 from engine.batching import attention_groups
 from engine.layers import attention
+from engine.kernels import cpu_ops
 from engine.layers.attention import band_masks, packed_attention, sliding_window, varlen_attention
 
 HEAD_DIM = 8
@@ -41,6 +43,17 @@ def random_qkv(num_tokens, num_heads, num_kv_heads):
             torch.randn(num_tokens, num_kv_heads, HEAD_DIM))
 
 
+@pytest.fixture(params=["cpu-kernel", "sdpa"])
+def cpu_path(request, monkeypatch):
+    """Each CPU test runs twice: through the compiled kernel, and with it turned off."""
+    if request.param == "cpu-kernel":
+        if not cpu_ops.cpu_kernels_available():
+            pytest.skip("the CPU kernels could not be built here")
+    else:
+        monkeypatch.setattr(attention, "cpu_kernel_runs_on", lambda x: False)
+    return request.param
+
+
 @pytest.mark.parametrize("is_causal, half_window, num_kv_heads", [
     (False, None, 4),     # BERT-style, unfused
     (True, None, 4),      # decoder
@@ -48,11 +61,12 @@ def random_qkv(num_tokens, num_heads, num_kv_heads):
     (False, 2, 4),        # ModernBERT local layer
     (True, 2, 1),         # both limits at once
 ])
-def test_matches_one_text_at_a_time(is_causal, half_window, num_kv_heads):
+def test_matches_one_text_at_a_time(cpu_path, is_causal, half_window, num_kv_heads):
     seq_lens = [1, 3, 3, 6, 9, 9]
     q, k, v = random_qkv(sum(seq_lens), 4, num_kv_heads)
     groups = attention_groups(seq_lens)
-    window = sliding_window(groups, half_window, q.device) if half_window is not None else None
+    window = sliding_window(groups, half_window, q) if half_window is not None else None
+    assert window is None or (window.masks is None) == (cpu_path == "cpu-kernel")
     ours = packed_attention(q, k, v, groups, window, is_causal=is_causal)
     expected = one_text_at_a_time(q, k, v, seq_lens, is_causal, half_window)
     assert torch.allclose(ours, expected, atol=1e-5)
@@ -66,7 +80,7 @@ def test_texts_within_the_band_need_no_mask():
     assert masks[3].shape == (7, 7)
 
 
-def test_strided_views_of_a_fused_projection_are_taken_as_they_are():
+def test_strided_views_of_a_fused_projection_are_taken_as_they_are(cpu_path):
     """v is a view into a fused q|k|v projection (ModernBERT's Wqkv): no copy needed first."""
     seq_lens = [2, 5, 5]
     torch.manual_seed(1)
@@ -92,7 +106,7 @@ def test_the_kernel_path_matches_one_text_at_a_time(kernel_path, is_causal, half
     seq_lens = [1, 3, 3, 6, 9, 9]
     q, k, v = random_qkv(sum(seq_lens), 4, num_kv_heads)
     groups = attention_groups(seq_lens)
-    window = sliding_window(groups, half_window, q.device) if half_window is not None else None
+    window = sliding_window(groups, half_window, q) if half_window is not None else None
     assert window is None or window.masks is None            # the kernel applies the band itself
     ours = packed_attention(q, k, v, groups, window, is_causal=is_causal)
     expected = one_text_at_a_time(q, k, v, seq_lens, is_causal, half_window)
@@ -112,7 +126,46 @@ def test_the_kernel_path_takes_bert_fused_qkv_and_the_batch_cu_seqlens(kernel_pa
     assert torch.allclose(ours, expected, atol=1e-5)
 
 
-def test_cpu_tensors_take_sdpa_and_the_head_dim_limit_matches_the_kernel():
+def test_bert_fused_qkv_on_cpu(cpu_path):
+    seq_lens, num_heads = [2, 5, 5, 11], 2
+    torch.manual_seed(2)
+    qkv = torch.randn(sum(seq_lens), 3 * num_heads * HEAD_DIM)
+    ours = varlen_attention(qkv, attention_groups(seq_lens), num_heads)
+    q, k, v = (x.contiguous() for x in qkv.view(-1, 3, num_heads, HEAD_DIM).unbind(1))
+    assert torch.allclose(ours, one_text_at_a_time(q, k, v, seq_lens).flatten(1), atol=1e-5)
+
+
+@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(12, 12, 32), (8, 2, 64), (4, 4, 20), (2, 1, 128)])
+@pytest.mark.parametrize("is_causal, half_window", [(False, None), (True, None), (False, 7), (True, 40)])
+def test_the_cpu_kernel_at_encoder_shapes(num_heads, num_kv_heads, head_dim, is_causal, half_window):
+    """Lengths around the kernel's 8-key vectors and 64-key blocks, an empty text, one past
+    256 tokens; head_dim not a multiple of 8 takes the kernel's scalar tail."""
+    if not cpu_ops.cpu_kernels_available():
+        pytest.skip("the CPU kernels could not be built here")
+    seq_lens = [1, 5, 8, 9, 63, 64, 65, 130, 0, 300]
+    torch.manual_seed(3)
+    qkv = torch.randn(sum(seq_lens), num_heads + 2 * num_kv_heads, head_dim)
+    q, k, v = qkv[:, :num_heads], qkv[:, num_heads:num_heads + num_kv_heads], qkv[:, num_heads + num_kv_heads:]
+    cu_seqlens = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()])
+    ours = cpu_ops.varlen_attention(q, k, v, cu_seqlens, head_dim ** -0.5, is_causal, half_window)
+    nonempty = [n for n in seq_lens if n]
+    expected = one_text_at_a_time(q, k, v, nonempty, is_causal, half_window)
+    assert torch.allclose(ours, expected, atol=1e-5)
+
+
+def test_the_cpu_kernel_refuses_what_it_cannot_read():
+    if not cpu_ops.cpu_kernels_available():
+        pytest.skip("the CPU kernels could not be built here")
+    q = torch.randn(6, 2, 8)
+    with pytest.raises(RuntimeError, match="float32"):
+        cpu_ops.varlen_attention(q.double(), q.double(), q.double(), torch.tensor([0, 6]), 1.0)
+    with pytest.raises(RuntimeError, match="num_tokens"):
+        cpu_ops.varlen_attention(q, q, q, torch.tensor([0, 5]), 1.0)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        cpu_ops.varlen_attention(q.transpose(1, 2), q, q, torch.tensor([0, 6]), 1.0)
+
+
+def test_cpu_tensors_never_take_triton_and_the_head_dim_limit_matches_it():
     assert not attention.kernel_runs_on(torch.device("cpu"))
     triton_kernel = pytest.importorskip("engine.kernels.varlen_attention")
     assert attention.KERNEL_MAX_HEAD_DIM == triton_kernel.MAX_HEAD_DIM
