@@ -79,7 +79,7 @@ def _build() -> bool:
         cpp_extension.load(name=_build_name(), sources=[str(source) for source in SOURCES], is_python_module=False,
                            extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"], extra_ldflags=["-fopenmp"])
     except Exception as error:      # noqa: BLE001 - any build failure leaves the PyTorch path
-        log.warning("CPU kernels could not be built (%s); decode attention takes the PyTorch path",
+        log.warning("CPU kernels could not be built (%s); attention takes its PyTorch paths",
                     str(error).splitlines()[0] if str(error) else type(error).__name__)
         return False
     return True
