@@ -11,6 +11,8 @@ op, the same math runs unfused.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,12 +23,10 @@ from engine.layers.packed_linear import PackedLinear
 ONEDNN_ACTIVATIONS = {
     "relu": ("relu", None),
 }
-# hidden_act -> torch's in-place GELU's `approximate`, applied after the matmul.
+# hidden_act -> GELU's `approximate`; on the fused path torch's in-place GELU runs after the matmul.
 IN_PLACE_GELU = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    **{act: functools.partial(F.gelu, approximate=approximate) for act, approximate in IN_PLACE_GELU.items()},
     "relu": F.relu,
 }
 def _fused_dtypes() -> tuple[torch.dtype, ...]:

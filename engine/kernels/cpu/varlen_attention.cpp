@@ -10,8 +10,8 @@
 // K is transposed on the way. Queries go in tiles of six: scoring is broadcast-FMAs of
 // six queries against 16 keys (12 accumulators, no horizontal sums); P·V is
 // broadcast-FMAs of three queries' weights against each value row (12 accumulators), so
-// each K or V load from L2 feeds 6 or 3 FMAs. SDPA's fused CPU kernel, by contrast, spends more on setup than on math for
-// texts of tens of tokens.
+// each K or V load from L2 feeds 6 or 3 FMAs. SDPA's fused CPU kernel, by contrast,
+// spends more on setup than on math for texts of tens of tokens.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -138,8 +138,8 @@ def test_bert_fused_qkv_on_cpu(cpu_path):
 @pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(12, 12, 32), (8, 2, 64), (4, 4, 20), (2, 1, 128)])
 @pytest.mark.parametrize("is_causal, half_window", [(False, None), (True, None), (False, 7), (True, 40)])
 def test_the_cpu_kernel_at_encoder_shapes(num_heads, num_kv_heads, head_dim, is_causal, half_window):
-    """Lengths around the kernel's 8-key vectors and 64-key blocks, an empty text, one past
-    256 tokens; head_dim not a multiple of 8 takes the kernel's scalar tail."""
+    """Lengths around the kernel's 8-float vectors, 16-key tiles and 6-query tiles, an empty
+    text, one past 256 tokens; head_dim not a multiple of 8 takes the kernel's scalar tail."""
     if not cpu_ops.cpu_kernels_available():
         pytest.skip("the CPU kernels could not be built here")
     seq_lens = [1, 5, 8, 9, 63, 64, 65, 130, 0, 300]
