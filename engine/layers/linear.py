@@ -1,12 +1,14 @@
-"""Linear layers with their epilogue fused: bias + ReLU, bias + residual add.
+"""Linear layers with their epilogue fused: bias + activation, bias + residual add.
 
 On CPU, oneDNN's linear primitive applies the epilogue while the output tile is still
-in cache, saving a pass over [num_tokens, width] per fusion. GELU is the exception:
-oneDNN's GELU post-op costs more than a separate pass of PyTorch's vectorised GELU in
-place (measured on this project's 2-core AVX2 CPU, [2048, 384] x [384, 1536] fp32:
-22.2 ms fused, 17.1 ms for the matmul alone, 1.6 ms for torch's gelu_ over its output),
-so GELU runs in place after the matmul. Elsewhere, or where this PyTorch build lacks the
-op, the same math runs unfused.
+in cache, saving a pass over [num_tokens, width] per fusion. Whether GELU fuses depends
+on the CPU. With AVX-512, oneDNN's GELU post-op is the cheaper (measured on a 2-core
+AVX-512 Xeon, [2048, 384] x [384, 1536] fp32: matmul 7.6 ms, with the GELU post-op
+8.4 ms, with torch's gelu_ after it 11.7 ms, 25.8 ms for the tanh form). On an AVX2-only
+CPU it is the dearer (2-core AVX2 EPYC, same shapes: 22.2 ms fused, 17.1 ms for the
+matmul alone, 1.6 ms for torch's gelu_ over its output), so there GELU runs in place
+after the matmul. Elsewhere, or where this PyTorch build lacks the op, the same math
+runs unfused.
 """
 
 from __future__ import annotations
@@ -19,14 +21,27 @@ from torch import nn
 
 from engine.layers.packed_linear import PackedLinear
 
+# hidden_act -> GELU's `approximate` (oneDNN's post-op takes the same names).
+GELU_APPROXIMATE = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+
+
+def _onednn_gelu_pays() -> bool:
+    """oneDNN's GELU post-op beats a separate GELU pass with AVX-512, not with AVX2 alone."""
+    try:
+        return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    except (AttributeError, RuntimeError):
+        return False
+
+
 # hidden_act -> (oneDNN post-op, its algorithm); the unfused twin is in ACTIVATIONS.
 ONEDNN_ACTIVATIONS = {
     "relu": ("relu", None),
+    **({act: ("gelu", approximate) for act, approximate in GELU_APPROXIMATE.items()} if _onednn_gelu_pays() else {}),
 }
-# hidden_act -> GELU's `approximate`; on the fused path torch's in-place GELU runs after the matmul.
-IN_PLACE_GELU = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+# hidden_act -> GELU's `approximate`, for the GELUs that run in place after the matmul on the fused path.
+IN_PLACE_GELU = {act: approximate for act, approximate in GELU_APPROXIMATE.items() if act not in ONEDNN_ACTIVATIONS}
 ACTIVATIONS = {
-    **{act: functools.partial(F.gelu, approximate=approximate) for act, approximate in IN_PLACE_GELU.items()},
+    **{act: functools.partial(F.gelu, approximate=approximate) for act, approximate in GELU_APPROXIMATE.items()},
     "relu": F.relu,
 }
 def _fused_dtypes() -> tuple[torch.dtype, ...]:

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.cpu_memory import keep_freed_memory
-from engine.layers.linear import linear_act, linear_residual
+from engine.layers import linear as linear_module
+from engine.layers.linear import GELU_APPROXIMATE, linear_act, linear_residual
 from engine.layers.packed_linear import HAS_ONEDNN_PACKING, PackedLinear, pack_linears
 
 pytestmark = pytest.mark.skipif(not HAS_ONEDNN_PACKING, reason="this PyTorch build has no oneDNN weight packing")
@@ -26,13 +27,26 @@ def test_packed_linear_matches_nn_linear(rows):
     assert torch.allclose(packed(x.view(1, rows, 96)), expected.view(1, rows, 160), atol=1e-5, rtol=1e-5)
 
 
+@pytest.fixture(params=["gelu_post_op", "gelu_in_place"])
+def gelu_path(request, monkeypatch):
+    """Both ways GELU runs in inference, whichever this CPU takes: oneDNN's post-op
+    (AVX-512) or torch's in-place GELU after the matmul (AVX2)."""
+    fused = {"relu": ("relu", None)}
+    if request.param == "gelu_post_op":
+        fused.update({act: ("gelu", approximate) for act, approximate in GELU_APPROXIMATE.items()})
+    monkeypatch.setattr(linear_module, "ONEDNN_ACTIVATIONS", fused)
+    monkeypatch.setattr(linear_module, "IN_PLACE_GELU",
+                        {act: approximate for act, approximate in GELU_APPROXIMATE.items() if act not in fused})
+    return request.param
+
+
 @pytest.mark.parametrize("act, reference", [
     ("gelu", F.gelu),
     ("gelu_new", lambda y: F.gelu(y, approximate="tanh")),
     ("relu", F.relu),
 ])
-def test_fused_epilogues_take_a_packed_linear(act, reference):
-    """With autograd (unfused) and in inference (ReLU fused by oneDNN, GELU in place after it)."""
+def test_fused_epilogues_take_a_packed_linear(act, reference, gelu_path):
+    """With autograd (unfused) and in inference (ReLU fused by oneDNN, GELU fused or in place after it)."""
     torch.manual_seed(0)
     linear = nn.Linear(64, 64)
     x, residual = torch.randn(9, 64), torch.randn(9, 64)
