@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import sys
 import threading
@@ -58,11 +59,23 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                                                 -1 if half_window is None else half_window)
 
 
+def _cpu_features() -> bytes:
+    """What -march=native compiles for: the CPU's model and instruction-set flags."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            lines = f.read().split(b"\n\n")[0].splitlines()
+    except OSError:
+        return platform.processor().encode()
+    return b"\n".join(line for line in lines if line.split(b":")[0].strip() in (b"model name", b"flags"))
+
+
 def _build_name() -> str:
-    """One build per source and torch installation: checkouts with their own virtual
-    environments share ~/.cache/torch_extensions without rebuilding over each other."""
+    """One build per source, torch installation and CPU: checkouts with their own virtual
+    environments share ~/.cache/torch_extensions without rebuilding over each other, and
+    a build for -march=native on one CPU (AVX-512, say) is never loaded on another
+    (AVX2 only), where it would die of an illegal instruction."""
     digest = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)
-                            + torch.__version__.encode() + torch.__file__.encode())
+                            + torch.__version__.encode() + torch.__file__.encode() + _cpu_features())
     return f"barge_cpu_ops_{digest.hexdigest()[:12]}"
 
 

@@ -7,11 +7,13 @@
 // of its kv heads), costliest first, handed out one at a time to whichever thread is free.
 // An item first copies its rows out, reading each front to back: read head by head, the
 // rows of a fused projection are kilobytes apart and every one misses cache and TLB.
-// K is transposed on the way. Queries go in tiles of six: scoring is broadcast-FMAs of
-// six queries against 16 keys (12 accumulators, no horizontal sums); P·V is
-// broadcast-FMAs of three queries' weights against each value row (12 accumulators), so
-// each K or V load from L2 feeds 6 or 3 FMAs. SDPA's fused CPU kernel, by contrast,
-// spends more on setup than on math for texts of tens of tokens.
+// K is transposed on the way, its rows padded off a power of two. Vectors are as wide as
+// the build's target: 16 floats with AVX-512, 8 with AVX2. Queries go in tiles of 12
+// (AVX-512) or 6 (AVX2): scoring is broadcast-FMAs of the tile's queries against two
+// vectors of keys (24 or 12 accumulators, no horizontal sums); P·V is broadcast-FMAs of
+// the queries' weights against each value row, so each K or V load from L2 feeds 12 or
+// 6 FMAs. SDPA's fused CPU kernel, by contrast, spends more on setup than on math for
+// texts of tens of tokens.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -24,19 +26,100 @@
 #include <utility>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
-#define BARGE_AVX2 1
+#define BARGE_SIMD 1
 #endif
 
 namespace {
 
-constexpr int64_t kLanes = 8;                  // floats per 256-bit vector
-constexpr int64_t kRows = 6;                   // queries per tile
-constexpr int64_t kKeyTile = 16;               // keys per score tile: kRows x 2 vectors of accumulators
-constexpr int64_t kValueRows = 3;              // queries per P·V tile
-constexpr int64_t kValueTile = 32;             // head_dim columns per P·V tile: kValueRows x 4 vectors
-static_assert(kRows % kValueRows == 0, "a tile's queries split into P·V tiles");
+#ifdef BARGE_SIMD
+// The few vector operations the kernel needs, at the widest width the build targets:
+// 16 floats with AVX-512, 8 with AVX2.
+namespace simd {
+#ifdef __AVX512F__
+using Vec = __m512;
+using Mask = __mmask16;
+constexpr int64_t kWidth = 16;
+inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
+inline void store(float* p, Vec x) { _mm512_storeu_ps(p, x); }
+inline Vec set1(float x) { return _mm512_set1_ps(x); }
+inline Vec zero() { return _mm512_setzero_ps(); }
+inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+inline Mask first_lanes(int64_t n) { return static_cast<Mask>((1u << n) - 1); }
+inline Vec select(Mask m, Vec x, Vec otherwise) { return _mm512_mask_blend_ps(m, otherwise, x); }
+inline float reduce_max(Vec x) { return _mm512_reduce_max_ps(x); }
+inline float reduce_add(Vec x) { return _mm512_reduce_add_ps(x); }
+inline Vec round(Vec x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec times_pow2(Vec y, Vec n) { return _mm512_scalef_ps(y, n); }     // y * 2^n, n integral
+#else
+using Vec = __m256;
+using Mask = __m256;
+constexpr int64_t kWidth = 8;
+inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
+inline void store(float* p, Vec x) { _mm256_storeu_ps(p, x); }
+inline Vec set1(float x) { return _mm256_set1_ps(x); }
+inline Vec zero() { return _mm256_setzero_ps(); }
+inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+inline Mask first_lanes(int64_t n) {
+  return _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps(static_cast<float>(n)), _CMP_LT_OQ);
+}
+inline Vec select(Mask m, Vec x, Vec otherwise) { return _mm256_blendv_ps(otherwise, x, m); }
+inline float reduce_max(Vec x) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+inline float reduce_add(Vec x) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+}
+inline Vec round(Vec x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec times_pow2(Vec y, Vec n) {     // n integral, in [-126, 127]: 2^n by its exponent bits
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+#endif
+
+// e^x for x <= 0 (a softmax's shifted scores), lanewise: Cephes' expf, 2^n times a
+// degree-5 polynomial on [-ln2/2, ln2/2]; within 2 ulp of expf.
+inline Vec exp_nonpositive(Vec x) {
+  x = max(x, set1(-87.3f));          // below: e^x underflows; 0 is as good
+  const Vec n = round(mul(x, set1(1.44269504088896341f)));
+  x = fmadd(n, set1(-0.693359375f), x);
+  x = fmadd(n, set1(2.12194440e-4f), x);
+  Vec y = set1(1.9875691500e-4f);
+  y = fmadd(y, x, set1(1.3981999507e-3f));
+  y = fmadd(y, x, set1(8.3334519073e-3f));
+  y = fmadd(y, x, set1(4.1665795894e-2f));
+  y = fmadd(y, x, set1(1.6666665459e-1f));
+  y = fmadd(y, x, set1(5.0000001201e-1f));
+  y = fmadd(y, mul(x, x), add(x, set1(1.f)));
+  return times_pow2(y, n);
+}
+}  // namespace simd
+constexpr int64_t kLanes = simd::kWidth;   // floats per vector
+#else
+constexpr int64_t kLanes = 8;
+#endif
+
+// Queries per tile: kRows x 2 vectors of accumulators, 2 vectors of keys and a broadcast
+// fill the registers (32 with AVX-512, 16 with AVX2).
+#ifdef __AVX512F__
+constexpr int64_t kRows = 12;
+#else
+constexpr int64_t kRows = 6;
+#endif
+constexpr int64_t kKeyTile = 2 * kLanes;       // keys per score tile: kRows x 2 vectors of accumulators
 constexpr int64_t kItemFloats = 1 << 20;       // an item's copies of q, k and v: at most 4 MiB, if heads allow
 
 struct Item {
@@ -46,25 +129,26 @@ struct Item {
 
 inline int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-// scores[r * score_stride + 0:16] = queries[r] · keys_t[:, 0:16] for the tile's kRows queries
-// (head_dim apart); keys_t row c holds key column c, key_stride apart.
+// scores[r * score_stride + 0:kKeyTile] = queries[r] · keys_t[:, 0:kKeyTile] for the tile's
+// kRows queries (head_dim apart); keys_t row c holds key column c, key_stride apart.
 inline void score_tile(const float* queries, const float* keys_t, int64_t key_stride, int64_t head_dim,
                        float* scores, int64_t score_stride) {
-#ifdef BARGE_AVX2
-  __m256 acc[kRows][2];
-  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+#ifdef BARGE_SIMD
+  using namespace simd;
+  Vec acc[kRows][2];
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = zero();
   for (int64_t c = 0; c < head_dim; ++c) {
-    const __m256 k0 = _mm256_loadu_ps(keys_t + c * key_stride);
-    const __m256 k1 = _mm256_loadu_ps(keys_t + c * key_stride + kLanes);
+    const Vec k0 = load(keys_t + c * key_stride);
+    const Vec k1 = load(keys_t + c * key_stride + kLanes);
     for (int r = 0; r < kRows; ++r) {
-      const __m256 q = _mm256_broadcast_ss(queries + r * head_dim + c);
-      acc[r][0] = _mm256_fmadd_ps(q, k0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(q, k1, acc[r][1]);
+      const Vec q = set1(queries[r * head_dim + c]);
+      acc[r][0] = fmadd(q, k0, acc[r][0]);
+      acc[r][1] = fmadd(q, k1, acc[r][1]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
-    _mm256_storeu_ps(scores + r * score_stride, acc[r][0]);
-    _mm256_storeu_ps(scores + r * score_stride + kLanes, acc[r][1]);
+    store(scores + r * score_stride, acc[r][0]);
+    store(scores + r * score_stride + kLanes, acc[r][1]);
   }
 #else
   for (int r = 0; r < kRows; ++r) {
@@ -77,44 +161,51 @@ inline void score_tile(const float* queries, const float* keys_t, int64_t key_st
 #endif
 }
 
-#ifdef BARGE_AVX2
-// out[r * head_dim + 0 : V*8] = sum_j weights[r * weight_stride + j] * values[j * head_dim + 0 : V*8]
+#ifdef BARGE_SIMD
+// out[r * head_dim + 0 : V vectors] = sum_j weights[r * weight_stride + j] * values[j * head_dim + 0 : V vectors]
 // for R queries sharing each value row, j in [0, count).
 template <int R, int V>
 inline void weigh_rows(const float* weights, int64_t weight_stride, const float* values, int64_t head_dim,
                        int64_t count, float* out) {
-  __m256 acc[R][V];
+  using namespace simd;
+  Vec acc[R][V];
   for (int r = 0; r < R; ++r)
-    for (int u = 0; u < V; ++u) acc[r][u] = _mm256_setzero_ps();
+    for (int u = 0; u < V; ++u) acc[r][u] = zero();
   for (int64_t j = 0; j < count; ++j) {
     const float* row = values + j * head_dim;
-    __m256 v[V];
-    for (int u = 0; u < V; ++u) v[u] = _mm256_loadu_ps(row + u * kLanes);
+    Vec v[V];
+    for (int u = 0; u < V; ++u) v[u] = load(row + u * kLanes);
     for (int r = 0; r < R; ++r) {
-      const __m256 w = _mm256_broadcast_ss(weights + r * weight_stride + j);
-      for (int u = 0; u < V; ++u) acc[r][u] = _mm256_fmadd_ps(w, v[u], acc[r][u]);
+      const Vec w = set1(weights[r * weight_stride + j]);
+      for (int u = 0; u < V; ++u) acc[r][u] = fmadd(w, v[u], acc[r][u]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int u = 0; u < V; ++u) _mm256_storeu_ps(out + r * head_dim + u * kLanes, acc[r][u]);
+    for (int u = 0; u < V; ++u) store(out + r * head_dim + u * kLanes, acc[r][u]);
 }
 #endif
 
 // out[r * head_dim + 0 : head_dim] = the weights of query r over `count` value rows, for the
-// kValueRows queries from `weights` (weight_stride apart).
+// first `rows` (at most kRows) queries of `weights` (weight_stride apart). Columns go in
+// tiles of 12 accumulators: 3 queries x 4 vectors, or 6 x 2, or 6 x 1 at the end.
 void weigh_values(const float* weights, int64_t weight_stride, const float* values, int64_t count,
-                  int64_t head_dim, float* out) {
+                  int64_t head_dim, int64_t rows, float* out) {
   int64_t d = 0;
-#ifdef BARGE_AVX2
-  for (; d + kValueTile <= head_dim; d += kValueTile) {
-    weigh_rows<kValueRows, kValueTile / kLanes>(weights, weight_stride, values + d, head_dim, count, out + d);
+#ifdef BARGE_SIMD
+  for (; d + 4 * kLanes <= head_dim; d += 4 * kLanes) {
+    for (int64_t r = 0; r < rows; r += 3) {
+      weigh_rows<3, 4>(weights + r * weight_stride, weight_stride, values + d, head_dim, count, out + r * head_dim + d);
+    }
+  }
+  for (; d + 2 * kLanes <= head_dim; d += 2 * kLanes) {
+    weigh_rows<kRows, 2>(weights, weight_stride, values + d, head_dim, count, out + d);
   }
   for (; d + kLanes <= head_dim; d += kLanes) {
-    weigh_rows<kValueRows, 1>(weights, weight_stride, values + d, head_dim, count, out + d);
+    weigh_rows<kRows, 1>(weights, weight_stride, values + d, head_dim, count, out + d);
   }
 #endif
   for (; d < head_dim; ++d) {
-    for (int64_t r = 0; r < kValueRows; ++r) {
+    for (int64_t r = 0; r < rows; ++r) {
       float sum = 0.f;
       for (int64_t j = 0; j < count; ++j) sum += weights[r * weight_stride + j] * values[j * head_dim + d];
       out[r * head_dim + d] = sum;
@@ -122,63 +213,30 @@ void weigh_values(const float* weights, int64_t weight_stride, const float* valu
   }
 }
 
-#ifdef BARGE_AVX2
-// e^x for x <= 0 (a softmax's shifted scores), lanewise: Cephes' expf, 2^n by the exponent
-// bits and a degree-5 polynomial on [-ln2/2, ln2/2]; within 2 ulp of expf.
-inline __m256 exp_nonpositive(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));          // below: e^x underflows; 0 is as good
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-}
-
-inline float horizontal_max(__m256 x) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-
-inline float horizontal_sum(__m256 x) {
-  __m128 m = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
-}
-#endif
-
-// row[0:count] = e^(row - max(row)); returns their sum. The row's buffer has 8 floats of
+// row[0:count] = e^(row - max(row)); returns their sum. The row's buffer has a vector of
 // slack past count: whole vectors are computed there, and masked out of max and sum.
 float softmax_unnormalised(float* row, int64_t count) {
-#ifdef BARGE_AVX2
+#ifdef BARGE_SIMD
+  using namespace simd;
   const int64_t whole = count / kLanes * kLanes, tail = count - whole;
-  const __m256 lanes = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256 in_tail = _mm256_cmp_ps(lanes, _mm256_set1_ps(static_cast<float>(tail)), _CMP_LT_OQ);
-  const __m256 lowest = _mm256_set1_ps(-3.0e38f);
-  __m256 top = lowest;
-  for (int64_t j = 0; j < whole; j += kLanes) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
-  if (tail) top = _mm256_max_ps(top, _mm256_blendv_ps(lowest, _mm256_loadu_ps(row + whole), in_tail));
-  const __m256 shift = _mm256_set1_ps(horizontal_max(top));
-  __m256 total = _mm256_setzero_ps();
+  const Mask in_tail = first_lanes(tail);
+  const Vec lowest = set1(-3.0e38f);
+  Vec top = lowest;
+  for (int64_t j = 0; j < whole; j += kLanes) top = max(top, load(row + j));
+  if (tail) top = max(top, select(in_tail, load(row + whole), lowest));
+  const Vec shift = set1(reduce_max(top));
+  Vec total = zero();
   for (int64_t j = 0; j < whole; j += kLanes) {
-    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift));
-    _mm256_storeu_ps(row + j, e);
-    total = _mm256_add_ps(total, e);
+    const Vec e = exp_nonpositive(sub(load(row + j), shift));
+    store(row + j, e);
+    total = add(total, e);
   }
   if (tail) {
-    const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + whole), shift)), in_tail);
-    _mm256_storeu_ps(row + whole, e);
-    total = _mm256_add_ps(total, e);
+    const Vec e = select(in_tail, exp_nonpositive(sub(load(row + whole), shift)), zero());
+    store(row + whole, e);
+    total = add(total, e);
   }
-  return horizontal_sum(total);
+  return reduce_add(total);
 #else
   float top = row[0];
   for (int64_t j = 1; j < count; ++j) top = std::max(top, row[j]);
@@ -264,11 +322,14 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
       const int64_t start = bound[item.seq], len = bound[item.seq + 1] - start;
       const int64_t heads = item.head_end - item.head_begin;
       const int64_t width = round_up(len, kKeyTile);
+      // K's rows are a cache line longer than the keys: at a power-of-two width, rows
+      // 4 KiB apart would share an L1 set, and a head's 32 or 64 rows thrash it.
+      const int64_t key_stride = width + 64 / sizeof(float);
       // Copy this item's rows out once, each read front to back: queries scaled, [head, token, dim]
       // (a tile's spare rows read past the end: slack); keys transposed, [kv head, dim, token];
       // values [kv head, token, dim]. Keys and values past the text are zeros.
       queries.resize((heads * group_size * len + kRows) * head_dim);
-      keys_t.assign(heads * head_dim * width, 0.f);
+      keys_t.assign(heads * head_dim * key_stride, 0.f);
       values.assign(heads * width * head_dim, 0.f);
       for (int64_t j = 0; j < len; ++j) {
         const float* q_in = q_ptr + (start + j) * q_row + item.head_begin * group_size * head_dim;
@@ -279,8 +340,8 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
           for (int64_t c = 0; c < head_dim; ++c) target[c] = q_in[h * head_dim + c] * scale_f;
         }
         for (int64_t h = 0; h < heads; ++h) {
-          float* key_column = keys_t.data() + h * head_dim * width + j;
-          for (int64_t c = 0; c < head_dim; ++c) key_column[c * width] = k_in[h * head_dim + c];
+          float* key_column = keys_t.data() + h * head_dim * key_stride + j;
+          for (int64_t c = 0; c < head_dim; ++c) key_column[c * key_stride] = k_in[h * head_dim + c];
           std::copy_n(v_in + h * head_dim, head_dim, values.data() + (h * width + j) * head_dim);
         }
       }
@@ -288,7 +349,7 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
       scores.resize(kRows * score_stride);
       for (int64_t h = 0; h < heads * group_size; ++h) {
         const int64_t kv = h / group_size, head = item.head_begin * group_size + h;
-        const float* head_keys = keys_t.data() + kv * head_dim * width;
+        const float* head_keys = keys_t.data() + kv * head_dim * key_stride;
         const float* head_values = values.data() + kv * width * head_dim;
         for (int64_t first = 0; first < len; first += kRows) {
           const int64_t rows = std::min(kRows, len - first);
@@ -298,7 +359,7 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
           const int64_t tile_hi = round_up(key_range(first + rows - 1, len).second, kKeyTile);
           const float* tile_queries = queries.data() + (h * len + first) * head_dim;
           for (int64_t j = tile_lo; j < tile_hi; j += kKeyTile) {
-            score_tile(tile_queries, head_keys + j, width, head_dim, scores.data() + (j - tile_lo), score_stride);
+            score_tile(tile_queries, head_keys + j, key_stride, head_dim, scores.data() + (j - tile_lo), score_stride);
           }
           float inverse[kRows];
           for (int64_t r = 0; r < kRows; ++r) {
@@ -312,10 +373,10 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
             std::fill(row, row + (lo - tile_lo), 0.f);
             std::fill(row + (hi - tile_lo), row + (tile_hi - tile_lo), 0.f);
           }
-          for (int64_t r = 0; r < rows; r += kValueRows) {
-            weigh_values(scores.data() + r * score_stride, score_stride, head_values + tile_lo * head_dim,
-                         tile_hi - tile_lo, head_dim, acc.data() + r * head_dim);
-          }
+          // Value rows past the last key any query sees would only add zeros.
+          const int64_t tile_end = key_range(first + rows - 1, len).second;
+          weigh_values(scores.data(), score_stride, head_values + tile_lo * head_dim, tile_end - tile_lo, head_dim,
+                       rows, acc.data());
           for (int64_t r = 0; r < rows; ++r) {
             float* target = out_ptr + ((start + first + r) * num_heads + head) * head_dim;
             for (int64_t c = 0; c < head_dim; ++c) target[c] = acc[r * head_dim + c] * inverse[r];
@@ -329,9 +390,14 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(barge_cpu, m) {
+// The op namespace is a macro so that a test can load an AVX2 build beside the native one.
+#ifndef BARGE_OPS_NAMESPACE
+#define BARGE_OPS_NAMESPACE barge_cpu
+#endif
+
+TORCH_LIBRARY_FRAGMENT(BARGE_OPS_NAMESPACE, m) {
   m.def("varlen_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, float scale, bool causal, "
         "int half_window) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(barge_cpu, CPU, m) { m.impl("varlen_attention", &varlen_attention); }
+TORCH_LIBRARY_IMPL(BARGE_OPS_NAMESPACE, CPU, m) { m.impl("varlen_attention", &varlen_attention); }

@@ -135,19 +135,48 @@ def test_bert_fused_qkv_on_cpu(cpu_path):
     assert torch.allclose(ours, one_text_at_a_time(q, k, v, seq_lens).flatten(1), atol=1e-5)
 
 
-@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(12, 12, 32), (8, 2, 64), (4, 4, 20), (2, 1, 128)])
-@pytest.mark.parametrize("is_causal, half_window", [(False, None), (True, None), (False, 7), (True, 40)])
-def test_the_cpu_kernel_at_encoder_shapes(num_heads, num_kv_heads, head_dim, is_causal, half_window):
-    """Lengths around the kernel's 8-float vectors, 16-key tiles and 6-query tiles, an empty
-    text, one past 256 tokens; head_dim not a multiple of 8 takes the kernel's scalar tail."""
+def avx2_build():
+    """varlen_attention built for AVX2 alone (as on an AVX2-only CPU), beside the native
+    AVX-512 build, under its own op namespace; None where the native build is AVX2 already."""
     if not cpu_ops.cpu_kernels_available():
         pytest.skip("the CPU kernels could not be built here")
-    seq_lens = [1, 5, 8, 9, 63, 64, 65, 130, 0, 300]
+    if "avx512f" not in cpu_ops._cpu_features().decode():
+        return None
+    from torch.utils import cpp_extension
+
+    source = cpu_ops.SOURCES[1]
+    cpp_extension.load(name=f"barge_avx2_{cpu_ops._build_name()[-12:]}", sources=[str(source)], is_python_module=False,
+                       extra_cflags=["-O3", "-march=native", "-mno-avx512f", "-ffast-math",
+                                     "-DBARGE_OPS_NAMESPACE=barge_cpu_avx2"])
+    return torch.ops.barge_cpu_avx2.varlen_attention
+
+
+@pytest.fixture(scope="module", params=["native", "avx2"])
+def cpu_kernel(request):
+    """The kernel as this CPU builds it, and (on an AVX-512 CPU) as an AVX2-only CPU would."""
+    if request.param == "native":
+        if not cpu_ops.cpu_kernels_available():
+            pytest.skip("the CPU kernels could not be built here")
+        return torch.ops.barge_cpu.varlen_attention
+    kernel = avx2_build()
+    if kernel is None:
+        pytest.skip("this CPU's native build is the AVX2 one")
+    return kernel
+
+
+@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim",
+                         [(12, 12, 32), (8, 2, 64), (4, 4, 20), (3, 3, 48), (2, 1, 128)])
+@pytest.mark.parametrize("is_causal, half_window", [(False, None), (True, None), (False, 7), (True, 40)])
+def test_the_cpu_kernel_at_encoder_shapes(cpu_kernel, num_heads, num_kv_heads, head_dim, is_causal, half_window):
+    """Lengths around the kernel's vectors (8 floats with AVX2, 16 with AVX-512), key tiles
+    (16, 32) and query tiles (6, 12), an empty text, one past 256 tokens; head_dims that
+    take each of its P·V tiles (4, 2 and 1 vectors) and its scalar tail (20)."""
+    seq_lens = [1, 5, 8, 9, 12, 13, 16, 17, 31, 32, 33, 63, 64, 65, 130, 0, 300]
     torch.manual_seed(3)
     qkv = torch.randn(sum(seq_lens), num_heads + 2 * num_kv_heads, head_dim)
     q, k, v = qkv[:, :num_heads], qkv[:, num_heads:num_heads + num_kv_heads], qkv[:, num_heads + num_kv_heads:]
     cu_seqlens = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()])
-    ours = cpu_ops.varlen_attention(q, k, v, cu_seqlens, head_dim ** -0.5, is_causal, half_window)
+    ours = cpu_kernel(q, k, v, cu_seqlens, head_dim ** -0.5, is_causal, -1 if half_window is None else half_window)
     nonempty = [n for n in seq_lens if n]
     expected = one_text_at_a_time(q, k, v, nonempty, is_causal, half_window)
     assert torch.allclose(ours, expected, atol=1e-5)
@@ -169,3 +198,13 @@ def test_cpu_tensors_never_take_triton_and_the_head_dim_limit_matches_it():
     assert not attention.kernel_runs_on(torch.device("cpu"))
     triton_kernel = pytest.importorskip("engine.kernels.varlen_attention")
     assert attention.KERNEL_MAX_HEAD_DIM == triton_kernel.MAX_HEAD_DIM
+
+
+def test_a_build_for_one_cpu_is_not_loaded_on_another(monkeypatch):
+    """-march=native: a build on an AVX-512 CPU would die of an illegal instruction on an
+    AVX2-only one that shares the build cache, so the CPU's flags name the build."""
+    if os.path.exists("/proc/cpuinfo"):
+        assert b"flags" in cpu_ops._cpu_features()
+    here = cpu_ops._build_name()
+    monkeypatch.setattr(cpu_ops, "_cpu_features", lambda: b"model name\t: another\nflags\t\t: fpu avx2 fma")
+    assert cpu_ops._build_name() != here
