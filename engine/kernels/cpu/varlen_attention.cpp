@@ -129,6 +129,27 @@ struct Item {
 
 inline int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
+constexpr int64_t kAhead = 16;                 // tokens ahead the copy-out prefetches, into L2
+
+// out[c * out_stride + j] = in[j * cols + c] for j < rows, 0 for rows <= j < width.
+void transpose(const float* in, int64_t rows, int64_t cols, float* out, int64_t out_stride, int64_t width) {
+  int64_t j = 0;
+  for (; j + kLanes <= rows; j += kLanes) {
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t i = 0; i < kLanes; ++i) out[c * out_stride + j + i] = in[(j + i) * cols + c];
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t i = j; i < rows; ++i) out[c * out_stride + i] = in[i * cols + c];
+    std::fill(out + c * out_stride + rows, out + c * out_stride + width, 0.f);
+  }
+}
+
+// Ask for the cache lines of p[0:n], into L2.
+inline void prefetch(const float* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64 / sizeof(float)) __builtin_prefetch(p + i, 0, 1);
+}
+
 // scores[r * score_stride + 0:kKeyTile] = queries[r] · keys_t[:, 0:kKeyTile] for the tile's
 // kRows queries (head_dim apart); keys_t row c holds key column c, key_stride apart.
 inline void score_tile(const float* queries, const float* keys_t, int64_t key_stride, int64_t head_dim,
@@ -316,7 +337,7 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
   };
 
   at::parallel_for(0, num_threads, 1, [&](int64_t, int64_t) {
-    std::vector<float> queries, keys_t, values, scores, acc(kRows * head_dim);
+    std::vector<float> queries, keys, keys_t, values, scores, acc(kRows * head_dim);
     for (size_t index = next++; index < items.size(); index = next++) {
       const Item& item = items[index];
       const int64_t start = bound[item.seq], len = bound[item.seq + 1] - start;
@@ -329,21 +350,32 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
       // (a tile's spare rows read past the end: slack); keys transposed, [kv head, dim, token];
       // values [kv head, token, dim]. Keys and values past the text are zeros.
       queries.resize((heads * group_size * len + kRows) * head_dim);
-      keys_t.assign(heads * head_dim * key_stride, 0.f);
-      values.assign(heads * width * head_dim, 0.f);
+      keys.resize(heads * len * head_dim);
+      keys_t.resize(heads * head_dim * key_stride);
+      values.resize(heads * width * head_dim);
+      const int64_t q_floats = heads * group_size * head_dim, kv_floats = heads * head_dim;
       for (int64_t j = 0; j < len; ++j) {
         const float* q_in = q_ptr + (start + j) * q_row + item.head_begin * group_size * head_dim;
         const float* k_in = k_ptr + (start + j) * k_row + item.head_begin * head_dim;
         const float* v_in = v_ptr + (start + j) * v_row + item.head_begin * head_dim;
+        if (j + kAhead < len) {     // the projection's rows come from memory: ask ahead
+          prefetch(q_in + kAhead * q_row, q_floats);
+          prefetch(k_in + kAhead * k_row, kv_floats);
+          prefetch(v_in + kAhead * v_row, kv_floats);
+        }
         for (int64_t h = 0; h < heads * group_size; ++h) {
           float* target = queries.data() + (h * len + j) * head_dim;
           for (int64_t c = 0; c < head_dim; ++c) target[c] = q_in[h * head_dim + c] * scale_f;
         }
         for (int64_t h = 0; h < heads; ++h) {
-          float* key_column = keys_t.data() + h * head_dim * key_stride + j;
-          for (int64_t c = 0; c < head_dim; ++c) key_column[c * key_stride] = k_in[h * head_dim + c];
-          std::copy_n(v_in + h * head_dim, head_dim, values.data() + (h * width + j) * head_dim);
+          std::copy(k_in + h * head_dim, k_in + (h + 1) * head_dim, keys.data() + (h * len + j) * head_dim);
+          std::copy(v_in + h * head_dim, v_in + (h + 1) * head_dim, values.data() + (h * width + j) * head_dim);
         }
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        std::fill(values.data() + (h * width + len) * head_dim, values.data() + (h + 1) * width * head_dim, 0.f);
+        transpose(keys.data() + h * len * head_dim, len, head_dim, keys_t.data() + h * head_dim * key_stride,
+                  key_stride, width);
       }
       const int64_t score_stride = width + 2 * kLanes;     // slack: softmax_unnormalised reads whole vectors
       scores.resize(kRows * score_stride);
