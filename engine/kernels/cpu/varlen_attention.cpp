@@ -316,7 +316,7 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
   for (int64_t seq = 0; seq < num_seqs; ++seq) {
     const int64_t len = bound[seq + 1] - bound[seq];
     if (len == 0) continue;
-    const int64_t fits = kItemFloats / (round_up(len, kLanes) * head_dim * (2 + group_size));
+    const int64_t fits = kItemFloats / (round_up(len, kKeyTile) * head_dim * (3 + group_size));
     const int64_t heads = std::clamp<int64_t>(std::min(fits, spread), 1, num_kv_heads);
     for (int64_t head = 0; head < num_kv_heads; head += heads) {
       items.push_back({seq, head, std::min(head + heads, num_kv_heads), len * len * heads});
@@ -347,8 +347,9 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
       // 4 KiB apart would share an L1 set, and a head's 32 or 64 rows thrash it.
       const int64_t key_stride = width + 64 / sizeof(float);
       // Copy this item's rows out once, each read front to back: queries scaled, [head, token, dim]
-      // (a tile's spare rows read past the end: slack); keys transposed, [kv head, dim, token];
-      // values [kv head, token, dim]. Keys and values past the text are zeros.
+      // (a tile's spare rows read past the end: slack); keys and values [kv head, token, dim].
+      // Then keys transposed, [kv head, dim, token], from that copy while it is in cache.
+      // Keys and values past the text are zeros.
       queries.resize((heads * group_size * len + kRows) * head_dim);
       keys.resize(heads * len * head_dim);
       keys_t.resize(heads * head_dim * key_stride);
