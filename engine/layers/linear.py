@@ -33,8 +33,18 @@ def _onednn_gelu_pays() -> bool:
         return False
 
 
-# hidden_act -> (oneDNN post-op, its algorithm); the unfused twin is in ACTIVATIONS.
-ONEDNN_ACTIVATIONS = {
+def fusion_tables(fuse_gelu: bool) -> tuple[dict, dict]:
+    """(hidden_act -> (oneDNN post-op, its algorithm), hidden_act -> the `approximate` of a
+    GELU that runs in place after the matmul): what the fused path does with each activation."""
+    fused = {"relu": ("relu", None)}
+    if fuse_gelu:
+        fused.update({act: ("gelu", approximate) for act, approximate in GELU_APPROXIMATE.items()})
+    return fused, {act: approximate for act, approximate in GELU_APPROXIMATE.items() if act not in fused}
+
+
+# The unfused twins of both are in ACTIVATIONS.
+ONEDNN_ACTIVATIONS, IN_PLACE_GELU = fusion_tables(_onednn_gelu_pays())
+ACTIVATIONS = {
     "relu": ("relu", None),
     **({act: ("gelu", approximate) for act, approximate in GELU_APPROXIMATE.items()} if _onednn_gelu_pays() else {}),
 }

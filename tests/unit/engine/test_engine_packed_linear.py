@@ -10,7 +10,7 @@ from torch import nn
 
 from engine.cpu_memory import keep_freed_memory
 from engine.layers import linear as linear_module
-from engine.layers.linear import GELU_APPROXIMATE, linear_act, linear_residual
+from engine.layers.linear import fusion_tables, linear_act, linear_residual
 from engine.layers.packed_linear import HAS_ONEDNN_PACKING, PackedLinear, pack_linears
 
 pytestmark = pytest.mark.skipif(not HAS_ONEDNN_PACKING, reason="this PyTorch build has no oneDNN weight packing")
@@ -31,12 +31,9 @@ def test_packed_linear_matches_nn_linear(rows):
 def gelu_path(request, monkeypatch):
     """Both ways GELU runs in inference, whichever this CPU takes: oneDNN's post-op
     (AVX-512) or torch's in-place GELU after the matmul (AVX2)."""
-    fused = {"relu": ("relu", None)}
-    if request.param == "gelu_post_op":
-        fused.update({act: ("gelu", approximate) for act, approximate in GELU_APPROXIMATE.items()})
+    fused, in_place = fusion_tables(fuse_gelu=request.param == "gelu_post_op")
     monkeypatch.setattr(linear_module, "ONEDNN_ACTIVATIONS", fused)
-    monkeypatch.setattr(linear_module, "IN_PLACE_GELU",
-                        {act: approximate for act, approximate in GELU_APPROXIMATE.items() if act not in fused})
+    monkeypatch.setattr(linear_module, "IN_PLACE_GELU", in_place)
     return request.param
 
 
