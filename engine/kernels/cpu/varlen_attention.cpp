@@ -348,12 +348,12 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
       const int64_t key_stride = width + 64 / sizeof(float);
       // Copy this item's rows out once, each read front to back: queries scaled, [head, token, dim]
       // (a tile's spare rows read past the end: slack); keys and values [kv head, token, dim].
-      // Then keys transposed, [kv head, dim, token], from that copy while it is in cache.
-      // Keys and values past the text are zeros.
+      // Then keys transposed, [kv head, dim, token], from that copy while it is in cache,
+      // zeros past the text (score tiles are whole); P·V reads no value row past it.
       queries.resize((heads * group_size * len + kRows) * head_dim);
       keys.resize(heads * len * head_dim);
       keys_t.resize(heads * head_dim * key_stride);
-      values.resize(heads * width * head_dim);
+      values.resize(heads * len * head_dim);
       const int64_t q_floats = heads * group_size * head_dim, kv_floats = heads * head_dim;
       for (int64_t j = 0; j < len; ++j) {
         const float* q_in = q_ptr + (start + j) * q_row + item.head_begin * group_size * head_dim;
@@ -370,11 +370,10 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
         }
         for (int64_t h = 0; h < heads; ++h) {
           std::copy(k_in + h * head_dim, k_in + (h + 1) * head_dim, keys.data() + (h * len + j) * head_dim);
-          std::copy(v_in + h * head_dim, v_in + (h + 1) * head_dim, values.data() + (h * width + j) * head_dim);
+          std::copy(v_in + h * head_dim, v_in + (h + 1) * head_dim, values.data() + (h * len + j) * head_dim);
         }
       }
       for (int64_t h = 0; h < heads; ++h) {
-        std::fill(values.data() + (h * width + len) * head_dim, values.data() + (h + 1) * width * head_dim, 0.f);
         transpose(keys.data() + h * len * head_dim, len, head_dim, keys_t.data() + h * head_dim * key_stride,
                   key_stride, width);
       }
@@ -383,7 +382,7 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
       for (int64_t h = 0; h < heads * group_size; ++h) {
         const int64_t kv = h / group_size, head = item.head_begin * group_size + h;
         const float* head_keys = keys_t.data() + kv * head_dim * key_stride;
-        const float* head_values = values.data() + kv * width * head_dim;
+        const float* head_values = values.data() + kv * len * head_dim;
         for (int64_t first = 0; first < len; first += kRows) {
           const int64_t rows = std::min(kRows, len - first);
           // Every query of the tile is scored against the keys any of them sees; each then
