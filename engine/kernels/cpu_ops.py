@@ -29,6 +29,9 @@ import torch
 log = logging.getLogger("barge.engine")
 
 SOURCES = tuple(Path(__file__).with_name("cpu") / name for name in ("paged_decode.cpp", "varlen_attention.cpp"))
+# -ffast-math for the compile only, so that expf vectorises (glibc's libmvec); the link
+# step never sees it, so no crtfastmath changes the process's denormal handling.
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math"]
 _lock = threading.Lock()
 _built: bool | None = None
 
@@ -86,11 +89,9 @@ def _build() -> bool:
 
     if shutil.which("ninja") is None:   # the ninja wheel installs next to this interpreter
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    # -ffast-math for the compile only, so that expf vectorises (glibc's libmvec); the link
-    # step never sees it, so no crtfastmath changes the process's denormal handling.
     try:
         cpp_extension.load(name=_build_name(), sources=[str(source) for source in SOURCES], is_python_module=False,
-                           extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"], extra_ldflags=["-fopenmp"])
+                           extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"])
     except Exception as error:      # noqa: BLE001 - any build failure leaves the PyTorch path
         log.warning("CPU kernels could not be built (%s); attention takes its PyTorch paths",
                     str(error).splitlines()[0] if str(error) else type(error).__name__)

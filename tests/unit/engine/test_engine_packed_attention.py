@@ -146,8 +146,8 @@ def avx2_build():
 
     source = cpu_ops.SOURCES[1]
     cpp_extension.load(name=f"barge_avx2_{cpu_ops._build_name()[-12:]}", sources=[str(source)], is_python_module=False,
-                       extra_cflags=["-O3", "-march=native", "-mno-avx512f", "-ffast-math",
-                                     "-DBARGE_OPS_NAMESPACE=barge_cpu_avx2"])
+                       extra_cflags=[*cpu_ops.CFLAGS, "-mno-avx512f", "-DBARGE_OPS_NAMESPACE=barge_cpu_avx2"],
+                       extra_ldflags=["-fopenmp"])
     return torch.ops.barge_cpu_avx2.varlen_attention
 
 
