@@ -45,15 +45,11 @@ def fusion_tables(fuse_gelu: bool) -> tuple[dict, dict]:
 # The unfused twins of both are in ACTIVATIONS.
 ONEDNN_ACTIVATIONS, IN_PLACE_GELU = fusion_tables(_onednn_gelu_pays())
 ACTIVATIONS = {
-    "relu": ("relu", None),
-    **({act: ("gelu", approximate) for act, approximate in GELU_APPROXIMATE.items()} if _onednn_gelu_pays() else {}),
-}
-# hidden_act -> GELU's `approximate`, for the GELUs that run in place after the matmul on the fused path.
-IN_PLACE_GELU = {act: approximate for act, approximate in GELU_APPROXIMATE.items() if act not in ONEDNN_ACTIVATIONS}
-ACTIVATIONS = {
     **{act: functools.partial(F.gelu, approximate=approximate) for act, approximate in GELU_APPROXIMATE.items()},
     "relu": F.relu,
 }
+
+
 def _fused_dtypes() -> tuple[torch.dtype, ...]:
     """oneDNN's fused bf16 linears need avx512bw/vl/dq or avx_ne_convert; on a CPU
     without them (AVX2 only) it raises, so bf16 takes the unfused path there."""
