@@ -7,13 +7,16 @@ addmm) takes the plain weight and accumulates into whatever its output already h
 With AVX-512 oneDNN is the one to take, GELU included (measured on a 2-core AVX-512 Xeon,
 [2048, 384] x [384, 1536] fp32: matmul 7.6 ms, with the GELU post-op 8.4 ms, with torch's
 gelu_ after it 11.7 ms, 25.8 ms for the tanh form). With AVX2 alone MKL is (2-core AVX2
-EPYC, 1,939 rows, MiniLM's four shapes, GFLOP/s: MKL 174-184 against 153-165 for the
-packed oneDNN weight; with the residual add 149-167 for MKL accumulating into residual +
+EPYC, 1,939 rows, MiniLM's four shapes, GFLOP/s: MKL 174-184 against 160-165 for the
+packed oneDNN weight; with the residual add 141-167 for MKL accumulating into residual +
 bias against 116-135 for oneDNN's binary post-op; the GELU post-op 22.2 ms against 17.1 ms
 for the matmul alone and 1.6 ms for torch's gelu_ after it). So on an AVX2-only CPU an
 encoder keeps plain nn.Linear layers (ONEDNN_PAYS is False, the embedder packs nothing),
 GELU runs in place after the matmul and the residual add is the matmul's own accumulator.
-Small row counts are another matter: decode steps always pack (engine/layers/packed_linear.py).
+In the whole model the gain is smaller, as MKL re-blocks each weight on every call and
+the weights no longer sit in cache: MiniLM over 1,000 sentences, +2.2 % with the batches
+timed one by one against the oneDNN path. Small row counts are another matter: decode
+steps always pack (engine/layers/packed_linear.py).
 """
 
 from __future__ import annotations
