@@ -6,7 +6,9 @@
 Prints sentences/s and tokens/s for both (median of the repeats, the two interleaved so
 that a noisy neighbour hurts both alike), their ratio, and the fp32 compute bound: the
 FLOPs of the model's matmuls for this very corpus over the GFLOP/s of a large fp32
-matmul measured in the same run. With --job, also a whole job through a real worker
+matmul measured in the same run. Beside them, Barge's own linear layers alone over the
+same batches (no attention, norms or pooling): the most the engine could reach with all
+else free, as a share of the bound. With --job, also a whole job through a real worker
 process on the embedded default (client → broker → worker → Parquet), as rows/s of the
 job over rows/s of the engine alone run just before it (median of --job-repeats pairs).
 """
@@ -68,14 +70,50 @@ def matmul_gflops(size: int = 2048, seconds: float = 3.0) -> float:
     return best
 
 
-def model_flops(model_path: str, seq_lens: list[int]) -> float:
+def model_flops(model_path: str, seq_lens: list[int], attention: bool = True) -> float:
     """Matmul FLOPs of one pass over texts of these lengths, from the model's config.json:
-    the linear layers per token, plus Q·Kᵀ and P·V per text (its length squared)."""
+    the linear layers per token, plus (with `attention`) Q·Kᵀ and P·V per text (its length squared)."""
     config = json.loads((Path(model_path) / "config.json").read_text())
     hidden, inner = config["hidden_size"], config["intermediate_size"]
     linear_per_token = 2 * (4 * hidden * hidden + 2 * hidden * inner)
-    attention_per_text = lambda n: 4 * n * n * hidden  # noqa: E731
+    attention_per_text = lambda n: 4 * n * n * hidden if attention else 0  # noqa: E731
     return config["num_hidden_layers"] * sum(linear_per_token * n + attention_per_text(n) for n in seq_lens)
+
+
+@torch.inference_mode()
+def forward_and_linears_seconds(embedder, sentences: list[str]) -> tuple[float, float]:
+    """(seconds of the model's forward passes, seconds of its linear layers alone) over the
+    engine's batches of `sentences`, batch by batch, the two taking turns to go first so
+    that the machine's drift hurts both alike. The linears alone are a MiniLM-style
+    encoder's QKV, output + residual, FFN in + activation and FFN out + residual (the
+    engine's own layers and fused calls) on random activations of the batch's size: no
+    attention, norms or pooling. What the forward would take if all else were free."""
+    from engine.batching import pack, plan_batches
+    from engine.layers.linear import linear_act, linear_residual
+
+    model = embedder.model
+    token_ids = embedder.tokenizer.encode_batch(sentences, True)
+    batches = [pack(token_ids, rows) for rows in plan_batches([len(ids) for ids in token_ids],
+                                                              embedder.max_batch_tokens)]
+    hidden = model.layers[0].attention.qkv.in_features
+
+    def linears(x: torch.Tensor) -> None:
+        for layer in model.layers:
+            layer.attention.qkv(x)
+            attended = linear_residual(x, layer.attention.out, x)
+            linear_residual(linear_act(attended, layer.ffn_in, layer.act), layer.ffn_out, x)
+
+    forward_s = linears_s = 0.0
+    for index, batch in enumerate(batches):
+        x = torch.randn(batch.num_tokens, hidden)
+        turns = [("forward", lambda: model(batch)), ("linears", lambda: linears(x))]
+        for name, fn in turns if index % 2 else reversed(turns):
+            seconds, _ = timed(fn)
+            if name == "forward":
+                forward_s += seconds
+            else:
+                linears_s += seconds
+    return forward_s, linears_s
 
 
 def timed(fn) -> tuple[float, object]:
@@ -133,6 +171,8 @@ def main() -> None:
     parser.add_argument("--st-batch-sizes", default="16,32,64,128")
     parser.add_argument("--sweep-sentences", type=int, default=2000)
     parser.add_argument("--max-batch-tokens", type=int, default=None, help="Barge's token budget (engine default)")
+    parser.add_argument("--linears-sentences", type=int, default=2000,
+                        help="sentences for the forward / linears-alone comparison")
     parser.add_argument("--job", action="store_true", help="also run a whole job through a worker process")
     parser.add_argument("--job-repeats", type=int, default=1, help="job / engine-alone pairs to take the median of")
     args = parser.parse_args()
@@ -182,6 +222,13 @@ def main() -> None:
           f"{100 * barge_rate * num_tokens / len(sentences) / bound:.0f}% of the fp32 bound, "
           f"sentence-transformers at {100 * st_rate * num_tokens / len(sentences) / bound:.0f}%; "
           f"min cosine {min_cosine:.6f}")
+    forward_s, linears_s = forward_and_linears_seconds(barge._embedder, sentences[:args.linears_sentences])
+    linear_gflops = model_flops(path, seq_lens[:args.linears_sentences], attention=False) / linears_s / 1e9
+    print(f"barge's linears alone ({args.linears_sentences} sentences, batch by batch beside the forward): "
+          f"{100 * linears_s / forward_s:.0f}% of the forward's time, at {linear_gflops:.0f} GFLOP/s "
+          f"({100 * linear_gflops / gflops:.0f}% of the bound's rate); with attention, norms and all else free, "
+          f"barge would run {sum(seq_lens[:args.linears_sentences]) / linears_s:,.0f} tokens/s, "
+          f"{100 * sum(seq_lens[:args.linears_sentences]) / linears_s / bound:.0f}% of the bound")
 
     if args.job:
         # Each job is paired with an engine-only run just before it: this machine's speed
