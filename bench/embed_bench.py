@@ -103,17 +103,13 @@ def forward_and_linears_seconds(embedder, sentences: list[str]) -> tuple[float, 
             attended = linear_residual(x, layer.attention.out, x)
             linear_residual(linear_act(attended, layer.ffn_in, layer.act), layer.ffn_out, x)
 
-    forward_s = linears_s = 0.0
+    seconds = {"forward": 0.0, "linears": 0.0}
     for index, batch in enumerate(batches):
         x = torch.randn(batch.num_tokens, hidden)
-        turns = [("forward", lambda: model(batch)), ("linears", lambda: linears(x))]
-        for name, fn in turns if index % 2 else reversed(turns):
-            seconds, _ = timed(fn)
-            if name == "forward":
-                forward_s += seconds
-            else:
-                linears_s += seconds
-    return forward_s, linears_s
+        turns = {"forward": lambda: model(batch), "linears": lambda: linears(x)}
+        for name in sorted(turns, reverse=index % 2 == 1):
+            seconds[name] += timed(turns[name])[0]
+    return seconds["forward"], seconds["linears"]
 
 
 def timed(fn) -> tuple[float, object]:
@@ -223,12 +219,13 @@ def main() -> None:
           f"sentence-transformers at {100 * st_rate * num_tokens / len(sentences) / bound:.0f}%; "
           f"min cosine {min_cosine:.6f}")
     forward_s, linears_s = forward_and_linears_seconds(barge._embedder, sentences[:args.linears_sentences])
-    linear_gflops = model_flops(path, seq_lens[:args.linears_sentences], attention=False) / linears_s / 1e9
+    linears_lens = seq_lens[:args.linears_sentences]
+    linear_gflops = model_flops(path, linears_lens, attention=False) / linears_s / 1e9
+    linears_rate = sum(linears_lens) / linears_s
     print(f"barge's linears alone ({args.linears_sentences} sentences, batch by batch beside the forward): "
           f"{100 * linears_s / forward_s:.0f}% of the forward's time, at {linear_gflops:.0f} GFLOP/s "
           f"({100 * linear_gflops / gflops:.0f}% of the bound's rate); with attention, norms and all else free, "
-          f"barge would run {sum(seq_lens[:args.linears_sentences]) / linears_s:,.0f} tokens/s, "
-          f"{100 * sum(seq_lens[:args.linears_sentences]) / linears_s / bound:.0f}% of the bound")
+          f"barge would run {linears_rate:,.0f} tokens/s, {100 * linears_rate / bound:.0f}% of the bound")
 
     if args.job:
         # Each job is paired with an engine-only run just before it: this machine's speed

@@ -13,7 +13,7 @@ from engine.batching import pack, plan_batches
 from engine.config import EncoderConfig, load_encoder_config
 from engine.layers.pooling import finish, pool
 from engine.layers.fp8_linear import use_fp8_linears
-from engine.layers.linear import ONEDNN_PAYS
+from engine.layers import linear
 from engine.layers.packed_linear import pack_linears
 from engine.loader.safetensors import assign_weights, read_weights, weight_files
 from engine.models.families import MODEL_TYPES
@@ -62,7 +62,7 @@ class Embedder:
         use_fp8_linears(model, state, fp8.block_cols if fp8 else None)
         assign_weights(model, state, folder)
         model = model.to(device=device, dtype=dtype).eval()
-        if ONEDNN_PAYS:       # CPU fp32: weights reordered once for oneDNN; with AVX2 alone MKL's sgemm is faster
+        if linear.ONEDNN_PAYS:    # CPU fp32: weights reordered once for oneDNN; AVX2 alone: MKL, plain weights
             pack_linears(model, max_batch_tokens)
         return cls(config, tokenizer, model, device, max_batch_tokens)
 

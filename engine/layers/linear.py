@@ -42,6 +42,7 @@ def _onednn_pays() -> bool:
         return False
 
 
+@functools.cache
 def fusion_tables(fuse_gelu: bool) -> tuple[dict, dict]:
     """(hidden_act -> (oneDNN post-op, its algorithm), hidden_act -> the `approximate` of a
     GELU that runs in place after the matmul): what the fused path does with each activation."""
@@ -51,9 +52,10 @@ def fusion_tables(fuse_gelu: bool) -> tuple[dict, dict]:
     return fused, {act: approximate for act, approximate in GELU_APPROXIMATE.items() if act not in fused}
 
 
-# The unfused twins of both are in ACTIVATIONS.
+# The one switch: the fusion tables (fusion_tables(ONEDNN_PAYS)), which linears go to
+# oneDNN (_is_plain) and whether the embedder packs its weights all follow from it.
 ONEDNN_PAYS = _onednn_pays()
-ONEDNN_ACTIVATIONS, IN_PLACE_GELU = fusion_tables(ONEDNN_PAYS)
+# The unfused twins of the fusion tables' activations.
 ACTIVATIONS = {
     **{act: functools.partial(F.gelu, approximate=approximate) for act, approximate in GELU_APPROXIMATE.items()},
     "relu": F.relu,
@@ -97,11 +99,12 @@ def _is_plain(linear: nn.Module) -> bool:
 def linear_act(x: torch.Tensor, linear: nn.Module, act: str) -> torch.Tensor:
     """act(linear(x)); x: [num_tokens, in] -> [num_tokens, out]. Only a plain (or packed)
     linear fuses; another layer (Fp8Linear) runs its own matmul, then the activation."""
-    if _is_plain(linear) and _can_fuse(x) and act in ONEDNN_ACTIVATIONS:
-        attr, algorithm = ONEDNN_ACTIVATIONS[act]
+    onednn_activations, in_place_gelu = fusion_tables(ONEDNN_PAYS)
+    if _is_plain(linear) and _can_fuse(x) and act in onednn_activations:
+        attr, algorithm = onednn_activations[act]
         return torch.ops.mkldnn._linear_pointwise(x, linear.weight, linear.bias, attr, [], algorithm)
-    if act in IN_PLACE_GELU and not torch.is_grad_enabled():
-        return torch.ops.aten.gelu_(linear(x), approximate=IN_PLACE_GELU[act])
+    if act in in_place_gelu and not torch.is_grad_enabled():
+        return torch.ops.aten.gelu_(linear(x), approximate=in_place_gelu[act])
     return ACTIVATIONS[act](linear(x))
 
 

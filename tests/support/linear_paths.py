@@ -9,9 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import engine.embedder
 from engine.layers import linear as linear_module
-from engine.layers.linear import fusion_tables
 
 LINEAR_PATHS = ["onednn", "mkl"]
 
@@ -20,11 +18,6 @@ LINEAR_PATHS = ["onednn", "mkl"]
 def linear_path(path: str) -> Iterator[str]:
     """Within it, linear_act / linear_residual and the embedder's loading act as they do on a
     CPU where oneDNN pays ("onednn") or one where it does not ("mkl")."""
-    onednn = path == "onednn"
-    fused, in_place = fusion_tables(fuse_gelu=onednn)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(linear_module, "ONEDNN_PAYS", onednn)
-        patch.setattr(linear_module, "ONEDNN_ACTIVATIONS", fused)
-        patch.setattr(linear_module, "IN_PLACE_GELU", in_place)
-        patch.setattr(engine.embedder, "ONEDNN_PAYS", onednn)
+        patch.setattr(linear_module, "ONEDNN_PAYS", path == "onednn")
         yield path
