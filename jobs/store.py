@@ -32,6 +32,9 @@ from jobs.status import JobStatus, ShardStatus, check_transition
 from jobs.throughput import RECENT_WINDOW_S, JobTimes, measure
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# How long after a job ends unfinished a housekeeper still re-sends the write of its
+# partial manifest (an output location that stays broken is not chased for ever).
+PARTIAL_OUTPUT_CHASE_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,11 @@ class Store(ShardStore, CacheStore, ScheduleStore):
         with self._job_transaction(job_id) as (conn, job):
             if JobStatus(job.status).is_finished:
                 return False
-            self._set_job_status(conn, job, status, error=error, finished_at=now)
+            # A planned job that ends unfinished owes the manifest of what it committed;
+            # the caller sends the task that writes it (queueing.finalize.write_partial_output).
+            owes_manifest = status != JobStatus.SUCCEEDED and self._num_shards(conn, job_id) > 0
+            self._set_job_status(conn, job, status, error=error, finished_at=now,
+                                 partial_output_sent_at=now if owes_manifest else None)
             if status in (JobStatus.CANCELLED, JobStatus.EXPIRED):
                 shard = tables.shards.c
                 conn.execute(update(tables.shards)
@@ -247,16 +254,19 @@ class Store(ShardStore, CacheStore, ScheduleStore):
             status = JobStatus(job.status)
             if status not in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED):
                 raise ValueError(f"job {job_id} is {status}: only a failed, cancelled or expired job can be retried")
-            num_shards = conn.execute(select(func.count()).where(shard.job_id == job_id)).scalar_one()
-            target = JobStatus.RUNNING if num_shards else JobStatus.QUEUED
+            target = JobStatus.RUNNING if self._num_shards(conn, job_id) else JobStatus.QUEUED
             spec = JobSpec.from_dict(json.loads(job.spec))
-            self._set_job_status(conn, job, target, error=None, finished_at=None,
+            self._set_job_status(conn, job, target, error=None, finished_at=None, partial_output_sent_at=None,
                                  expires_at=now + spec.expires_after_s if spec.expires_after_s else None)
             conn.execute(update(tables.shards).where(
                 shard.job_id == job_id, shard.status.in_([int(ShardStatus.FAILED), int(ShardStatus.CANCELLED)]))
                 .values(status=int(ShardStatus.PENDING), attempt=0, token=None, error=None, queued_at=None,
                         lease_expires_at=None, finished_at=None, updated_at=now))
         return target
+
+    @staticmethod
+    def _num_shards(conn: Connection, job_id: str) -> int:
+        return conn.execute(select(func.count()).where(tables.shards.c.job_id == job_id)).scalar_one()
 
     def _set_job_status(self, conn: Connection, job, target: JobStatus, **values) -> None:
         check_transition(JobStatus(job.status), target)
@@ -275,6 +285,34 @@ class Store(ShardStore, CacheStore, ScheduleStore):
                                      job.status.in_([int(JobStatus.QUEUED), int(JobStatus.RUNNING)]))
         with self.engine.connect() as conn:
             return list(conn.execute(query).scalars())
+
+    # -- partial manifests --------------------------------------------------------------
+
+    def stale_partial_outputs(self, older_than_s: float, now: float | None = None,
+                              within_s: float = PARTIAL_OUTPUT_CHASE_S) -> list[str]:
+        """Jobs that ended unfinished whose partial manifest is still owed though its task
+        was sent `older_than_s` ago: the send or the write was lost (a process killed
+        between the final state and the send, a broker or storage outage). Writing the
+        manifest again is harmless. Jobs that ended more than `within_s` ago are left be."""
+        now = time.time() if now is None else now
+        job = tables.jobs.c
+        # Set only as a job ends unfinished, cleared by a retry: no status to check.
+        query = select(job.id).where(job.partial_output_sent_at < now - older_than_s,
+                                     job.finished_at >= now - within_s)
+        with self.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
+
+    def touch_partial_output(self, job_id: str, now: float | None = None) -> None:
+        """Its task was sent again now."""
+        self._set_partial_output_sent_at(job_id, time.time() if now is None else now)
+
+    def partial_output_written(self, job_id: str) -> None:
+        """Its partial manifest is written: nothing more is owed."""
+        self._set_partial_output_sent_at(job_id, None)
+
+    def _set_partial_output_sent_at(self, job_id: str, value: float | None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id).values(partial_output_sent_at=value))
 
 
 def _ensure_sqlite_dir(url: str) -> None:

@@ -28,6 +28,8 @@ jobs = Table(
     Column("expires_at", Float),                         # created_at + spec.expires_after_s, if set
     Column("cache_namespace", String(64)),               # incremental jobs: jobs.cache_keys.cache_namespace
     Column("quant_check", Text),                         # FP8 check as JSON (engine.quant.compare.QuantCheck)
+    Column("partial_output_sent_at", Float),             # ended unfinished: its partial manifest is owed; when
+                                                         # the task that writes it was last sent (NULL: none owed)
     Index("ix_barge_jobs_expires_at", "expires_at"),
 )
 

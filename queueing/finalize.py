@@ -62,7 +62,8 @@ def write_partial_output(runtime: Runtime, job_id: str) -> bool:
     """After a job ended expired, cancelled or failed: list the parts of its committed
     shards in a manifest marked with that status (no _SUCCESS). Its shards are final by
     then (ending the job took every claim back), so the list cannot grow behind it.
-    False, logged, if the output could not be written: the job's state stands."""
+    False, logged, if the output could not be written: the job's state stands, and the
+    manifest stays owed (Store.stale_partial_outputs)."""
     job = runtime.store.get_job(job_id)
     status = JobStatus(job.status)
     if status not in (JobStatus.EXPIRED, JobStatus.CANCELLED, JobStatus.FAILED):
@@ -72,7 +73,8 @@ def write_partial_output(runtime: Runtime, job_id: str) -> bool:
         write_partial_manifest(job.spec.output, build_manifest(runtime, job, shards, str(status)))
     except StorageError:
         log.exception("job %s: writing the partial manifest failed", job_id)
-        return False
+        return False    # still owed: a housekeeper sends the task again (queueing.housekeeping)
+    runtime.store.partial_output_written(job_id)
     log.info("job %s: %s with %d committed shards listed in its manifest", job_id, status, len(shards))
     return True
 

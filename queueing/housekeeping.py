@@ -1,8 +1,9 @@
 """The housekeeper: every worker runs one, so recovery needs no extra process.
 
 Each pass: reclaim shards whose lease expired (their worker died or hung) and send
-them again, or dead-letter them; send again shards whose message seems lost; refill
-each running job's window of shards on the broker."""
+them again, or dead-letter them; send again shards whose message seems lost, and the
+partial-manifest task of a job that ended unfinished if its manifest is still unwritten
+long after; refill each running job's window of shards on the broker."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def housekeep(runtime: Runtime) -> None:
                     job_id, shard_index, options.requeue_after_s)
         store.touch_queued(job_id, shard_index)
         runtime.send_shards(store.get_job(job_id), [shard_index])
+    for job_id in store.stale_partial_outputs(options.requeue_after_s):
+        log.warning("job %s: its partial manifest was owed %.0fs ago and is not written, sending the task again",
+                    job_id, options.requeue_after_s)
+        store.touch_partial_output(job_id)
+        runtime.send("barge.write_partial_output", [job_id], CONTROL_QUEUE)
     for job_id in store.running_job_ids():
         runtime.refill_window(job_id)
 

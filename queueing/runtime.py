@@ -32,7 +32,8 @@ class WorkerOptions:
     job_window: int = 4             # shards of one job on the broker at once (fair sharing)
     drain_grace_s: float = 30.0     # after SIGTERM: finish the current shard within this, else release it
     housekeeping_s: float = 2.0     # how often leases are reclaimed and windows refilled
-    requeue_after_s: float = 600.0  # a sent shard nobody claimed for this long is sent again
+    requeue_after_s: float = 600.0  # a sent shard nobody claimed for this long is sent again; so is an owed
+                                    # partial manifest's task (queueing.housekeeping)
     chunk_rows: int = 256           # rows per engine call; between calls the worker checks its claim
     kv_cache_fraction: float | None = None   # generate: share of free memory for the KV cache (engine default 0.3)
     metrics_port: int = 0           # serve Prometheus metrics on this port; 0: off (queueing.metrics)

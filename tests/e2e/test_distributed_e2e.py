@@ -1,7 +1,7 @@
 """Crash safety and scheduling with real brokers and real worker processes: a worker
 killed mid-shard, shards outliving a broker's visibility timeout, SIGTERM drain,
-cancellation mid-shard, priorities, fair sharing, dead-lettering a poisoned shard,
-retrying a failed job, two workers sharing one job."""
+cancellation mid-shard, a partial manifest whose task was lost, priorities, fair
+sharing, dead-lettering a poisoned shard, retrying a failed job, two workers sharing one job."""
 
 from __future__ import annotations
 
@@ -188,6 +188,31 @@ def test_a_job_past_its_deadline_expires_with_what_it_finished(tmp_path):
         assert retried.wait(timeout=180).status == JobStatus.SUCCEEDED, deployment.worker_logs()
         assert_every_row_once(retried, num_rows, output)
         assert all(client.store.list_shards(job.id)[s.shard_index].attempt == s.attempt for s in committed)
+
+
+def test_a_partial_manifest_whose_task_was_lost_is_written_by_a_housekeeper(tmp_path):
+    # Cancelling records the final state, then sends the task that lists what the job
+    # finished. A client killed between the two (or a broker down at that moment) leaves
+    # the manifest owed; a worker's housekeeper sends the task again after BARGE_REQUEUE_AFTER_S.
+    with stack("embedded", tmp_path / "barge", FAST_RECOVERY) as deployment:
+        write_corpus(tmp_path / "corpus", 2000, 200)
+        worker = deployment.start_worker()
+        client = deployment.client()
+        job = submit(client, tmp_path, "lost", corpus=tmp_path / "corpus", rows_per_shard=200)
+        wait_until(lambda: committed_shards(client, job), what="a committed shard")
+        assert client.store.finish_job(job.id, JobStatus.CANCELLED)   # the cancel, and no send after it
+        output = tmp_path / "out-lost"
+        wait_until(lambda: (output / "_manifest.json").exists(), timeout_s=60, what="the owed manifest")
+        assert b"its partial manifest was owed" in worker.log_path.read_bytes()
+
+        committed = committed_shards(client, job)
+        assert 0 < len(committed) < len(client.store.list_shards(job.id)), "it was cancelled part-way"
+        manifest = json.loads((output / "_manifest.json").read_text())
+        assert manifest["status"] == "cancelled" and not (output / "_SUCCESS").exists()
+        assert [part["name"] for part in manifest["parts"]] == [s.part["name"] for s in committed]
+        ids = job.results(partial=True).column("doc_id").to_pylist()
+        assert sorted(ids) == sorted(i for s in committed for i in range(200 * s.shard_index, 200 * s.shard_index + 200))
+        wait_until(lambda: client.store.stale_partial_outputs(0) == [], timeout_s=10, what="the debt cleared")
 
 
 def committed_shards(client, job):

@@ -526,6 +526,40 @@ def test_a_job_past_its_deadline_is_listed_as_expired(store):
     assert shard_statuses(store, job_id) == [ShardStatus.CANCELLED, ShardStatus.CANCELLED]
 
 
+@pytest.mark.parametrize("status", [JobStatus.EXPIRED, JobStatus.CANCELLED, JobStatus.FAILED])
+def test_a_planned_job_that_ends_unfinished_owes_its_partial_manifest_until_written(store, status):
+    job_id = running_job(store, num_shards=2)
+    assert store.finish_job(job_id, status, error="ended")
+    soon, later = time.time() + 5, time.time() + 61
+    assert store.stale_partial_outputs(60, now=soon) == []          # its task was sent just now
+    assert store.stale_partial_outputs(60, now=later) == [job_id]   # and nothing wrote the manifest since
+    store.touch_partial_output(job_id, now=later)                   # sent again
+    assert store.stale_partial_outputs(60, now=later) == []
+    assert store.stale_partial_outputs(60, now=later + 61) == [job_id]
+    # Not chased for ever: a day after the job ended it is left be.
+    assert store.stale_partial_outputs(60, now=time.time() + 86_401) == []
+    store.partial_output_written(job_id)
+    assert store.stale_partial_outputs(60, now=later + 61) == []
+
+
+def test_a_retried_job_owes_no_partial_manifest_until_it_ends_unfinished_again(store):
+    job_id = running_job(store, num_shards=2)
+    assert store.finish_job(job_id, JobStatus.CANCELLED)
+    assert store.retry_job(job_id) == JobStatus.RUNNING
+    assert store.stale_partial_outputs(60, now=time.time() + 61) == []
+    assert store.finish_job(job_id, JobStatus.EXPIRED, error="late")
+    assert store.stale_partial_outputs(60, now=time.time() + 61) == [job_id]
+
+
+def test_a_succeeded_or_never_planned_job_owes_no_partial_manifest(store):
+    succeeded, unplanned = running_job(store, num_shards=1), new_job(store)
+    commit(store, succeeded, 0, store.claim_shard(succeeded, 0).token)
+    assert store.begin_finalize(succeeded)
+    assert store.finish_job(succeeded, JobStatus.SUCCEEDED)
+    assert store.finish_job(unplanned, JobStatus.FAILED, error="planning failed")
+    assert store.stale_partial_outputs(60, now=time.time() + 61) == []
+
+
 def test_due_webhooks_oldest_first_and_limited(store):
     event_ids = []
     for _ in range(3):
