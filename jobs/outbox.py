@@ -26,11 +26,23 @@ _attempt = tables.webhook_attempts.c
 _endpoint = tables.webhook_endpoints.c
 
 
-def insert_event(conn: Connection, job_id: str, event, now: float) -> None:
-    """Queue an event (a jobs.store.OutboxEvent) inside the caller's transaction."""
+def insert_event(conn: Connection, job_id: str, event, now: float, *, due_at: float | None = None) -> None:
+    """Queue an event (a jobs.store.OutboxEvent) inside the caller's transaction, due at
+    once or, held, at `due_at` (release_held brings it forward)."""
     conn.execute(insert(tables.webhook_events).values(
         id=event.id, job_id=job_id, type=event.type, url=event.url, body=event.body.decode(), status=PENDING,
-        attempts=0, retry_from=0, next_attempt_at=now, claimed_until=0.0, created_at=now))
+        attempts=0, retry_from=0, next_attempt_at=now if due_at is None else due_at, claimed_until=0.0,
+        created_at=now))
+
+
+def release_held(conn: Connection, job_id: str, now: float) -> list[str]:
+    """Make the job's pending events that are not yet due, due now (inside the caller's
+    transaction); returns their ids. Only events never attempted: a retry's backoff stays."""
+    held = and_(_event.job_id == job_id, _event.status == PENDING, _event.attempts == 0, _event.next_attempt_at > now)
+    event_ids = list(conn.execute(select(_event.id).where(held)).scalars())
+    if event_ids:
+        conn.execute(update(tables.webhook_events).where(_event.id.in_(event_ids)).values(next_attempt_at=now))
+    return event_ids
 
 
 class Outbox:

@@ -22,7 +22,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, create_engine, event, func, select, text, update, insert
 
 from jobs import tables
-from jobs.outbox import Outbox, insert_event
+from jobs.outbox import Outbox, insert_event, release_held
 from jobs.cache_store import CacheStore
 from jobs.schedule_store import ScheduleStore
 from jobs.shard_store import ShardClaim, ShardCommitted, ShardEvents, ShardStore  # noqa: F401 (re-exported)
@@ -35,6 +35,10 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # How long after a job ends unfinished a housekeeper still re-sends the write of its
 # partial manifest (an output location that stays broken is not chased for ever).
 PARTIAL_OUTPUT_CHASE_S = 86_400.0
+# How long an unfinished job's final webhook waits for its partial manifest, so that a
+# receiver reading the partial results finds them listed. Written, the manifest releases
+# the event at once; a manifest that cannot be written holds it no longer than this.
+PARTIAL_OUTPUT_HOLD_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -241,7 +245,7 @@ class Store(ShardStore, CacheStore, ScheduleStore):
                              .where(shard.job_id == job_id, shard.status.in_([int(ShardStatus.PENDING), int(ShardStatus.RUNNING)]))
                              .values(status=int(ShardStatus.CANCELLED), token=None, updated_at=now))
             if event is not None:
-                insert_event(conn, job_id, event, now)
+                insert_event(conn, job_id, event, now, due_at=now + PARTIAL_OUTPUT_HOLD_S if owes_manifest else None)
         return True
 
     def retry_job(self, job_id: str) -> JobStatus:
@@ -304,15 +308,17 @@ class Store(ShardStore, CacheStore, ScheduleStore):
 
     def touch_partial_output(self, job_id: str, now: float | None = None) -> None:
         """Its task was sent again now."""
-        self._set_partial_output_sent_at(job_id, time.time() if now is None else now)
-
-    def partial_output_written(self, job_id: str) -> None:
-        """Its partial manifest is written: nothing more is owed."""
-        self._set_partial_output_sent_at(job_id, None)
-
-    def _set_partial_output_sent_at(self, job_id: str, value: float | None) -> None:
+        now = time.time() if now is None else now
         with self.engine.begin() as conn:
-            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id).values(partial_output_sent_at=value))
+            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id).values(partial_output_sent_at=now))
+
+    def partial_output_written(self, job_id: str) -> list[str]:
+        """Its partial manifest is written: nothing more is owed, and the final webhook
+        held for it is due now. Returns the ids of the events released."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id).values(partial_output_sent_at=None))
+            return release_held(conn, job_id, now)
 
 
 def _ensure_sqlite_dir(url: str) -> None:

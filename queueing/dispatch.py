@@ -5,7 +5,9 @@ that finishes the job tries the first delivery at once; every worker also runs a
 `Dispatcher` thread that delivers whatever is due, so a failed attempt, a crashed
 worker or a broker outage delays an event but never loses it. The dispatcher also
 expires jobs past their deadline, which writes their `job.expired` event, and sends
-the task that lists what each finished in a partial manifest (queueing.finalize).
+the task that lists what each finished in a partial manifest (queueing.finalize). The
+final event of a planned job that ends unfinished is held until that manifest is
+written (or for jobs.store.PARTIAL_OUTPUT_HOLD_S), so its receiver finds the rows listed.
 """
 
 from __future__ import annotations

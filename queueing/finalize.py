@@ -63,7 +63,8 @@ def write_partial_output(runtime: Runtime, job_id: str) -> bool:
     shards in a manifest marked with that status (no _SUCCESS). Its shards are final by
     then (ending the job took every claim back), so the list cannot grow behind it.
     False, logged, if the output could not be written: the job's state stands, and the
-    manifest stays owed (Store.stale_partial_outputs)."""
+    manifest stays owed (Store.stale_partial_outputs). Written, it releases the job's
+    final webhook, held for it (jobs.store.PARTIAL_OUTPUT_HOLD_S), and tries it at once."""
     job = runtime.store.get_job(job_id)
     status = JobStatus(job.status)
     if status not in (JobStatus.EXPIRED, JobStatus.CANCELLED, JobStatus.FAILED):
@@ -74,8 +75,9 @@ def write_partial_output(runtime: Runtime, job_id: str) -> bool:
     except StorageError:
         log.exception("job %s: writing the partial manifest failed", job_id)
         return False    # still owed: a housekeeper sends the task again (queueing.housekeeping)
-    runtime.store.partial_output_written(job_id)
     log.info("job %s: %s with %d committed shards listed in its manifest", job_id, status, len(shards))
+    for event_id in runtime.store.partial_output_written(job_id):    # its final webhook, held until now
+        deliver(runtime, event_id)
     return True
 
 

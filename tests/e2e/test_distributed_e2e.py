@@ -17,6 +17,7 @@ from sqlalchemy import update
 
 from jobs import JobSpec, JobStatus, ShardStatus, tables
 from jobs.client import JobFailed
+from tests.support.receiver import WebhookReceiver
 from tests.support.stack import stack
 
 # A worker killed between taking a shard's message and claiming the shard loses the
@@ -157,6 +158,27 @@ def test_cancel_stops_a_running_shard_within_seconds(tmp_path):
                    what="the partial manifest")
         assert json.loads((tmp_path / "out-cancel" / "_manifest.json").read_text())["status"] == "cancelled"
         assert job.results(partial=True).num_rows == 0
+
+
+def test_a_cancelled_jobs_webhook_arrives_after_its_partial_manifest(tmp_path):
+    # The worker is inside one long engine call when the cancel lands, so the task that
+    # writes the manifest waits its turn (the pool is solo) while the dispatcher thread,
+    # polling often here, is free to deliver: the final event must wait for the manifest.
+    manifest = tmp_path / "out-hooked" / "_manifest.json"
+    arrivals = []   # (event type, whether the manifest was there when it arrived)
+    receiver = WebhookReceiver(on_request=lambda body: arrivals.append((json.loads(body)["type"], manifest.exists())))
+    env = {**FAST_RECOVERY, "BARGE_CHUNK_ROWS": "3000", "BARGE_DISPATCH_INTERVAL_S": "0.2"}
+    with receiver, stack("embedded", tmp_path / "barge", env) as deployment:
+        write_corpus(tmp_path / "corpus", 9000, 3000)
+        deployment.start_worker()
+        client = deployment.client()
+        job = submit(client, tmp_path, "hooked", corpus=tmp_path / "corpus", rows_per_shard=3000,
+                     webhook_url=receiver.url)
+        wait_until(lambda: committed_shards(client, job), what="a committed shard")
+        assert job.cancel()
+        wait_until(lambda: arrivals, timeout_s=60, what=f"the final webhook:\n{deployment.worker_logs()}")
+    assert arrivals == [("job.cancelled", True)]
+    assert json.loads(manifest.read_text())["status"] == "cancelled"
 
 
 def test_a_job_past_its_deadline_expires_with_what_it_finished(tmp_path):

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from jobs.events import final_event
 from jobs.spec import JobSpec
 from jobs.status import InvalidTransition, JobStatus, ShardStatus
-from jobs.store import OutboxEvent, Store
+from jobs.store import PARTIAL_OUTPUT_HOLD_S, OutboxEvent, Store
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 OUTPUT_SCHEMA = "encoded-schema"   # the store keeps it as opaque text
@@ -384,7 +384,7 @@ def test_progress_counts_shards_and_rows(store):
 
 @pytest.fixture
 def queued_event(store):
-    job_id = running_job(store)
+    job_id = new_job(store)    # failed in planning: no partial manifest owed, its event is due at once
     event = outbox_event(job_id)
     store.finish_job(job_id, JobStatus.FAILED, error="boom", event=event)
     return event
@@ -483,7 +483,7 @@ def test_410_disables_the_endpoint_and_holds_later_events(store, queued_event):
                         next_attempt_at=None, disable_endpoint=True)
     [endpoint] = store.outbox.endpoints()
     assert endpoint.url == queued_event.url and endpoint.disabled_at and queued_event.id in endpoint.disabled_reason
-    later_job_id = running_job(store, num_shards=1)
+    later_job_id = new_job(store)
     later = outbox_event(later_job_id)
     store.finish_job(later_job_id, JobStatus.FAILED, event=later)
     assert store.outbox.claim(later.id) is None
@@ -560,10 +560,23 @@ def test_a_succeeded_or_never_planned_job_owes_no_partial_manifest(store):
     assert store.stale_partial_outputs(60, now=time.time() + 61) == []
 
 
+def test_an_unfinished_jobs_webhook_waits_for_its_partial_manifest(store):
+    job_id = running_job(store, num_shards=2)
+    event = outbox_event(job_id)
+    assert store.finish_job(job_id, JobStatus.EXPIRED, error="late", event=event)
+    assert store.outbox.due() == [] and store.outbox.claim(event.id) is None
+    # A manifest that cannot be written holds it no longer than PARTIAL_OUTPUT_HOLD_S.
+    assert store.outbox.due(now=time.time() + PARTIAL_OUTPUT_HOLD_S + 1) == [event.id]
+    assert store.partial_output_written(job_id) == [event.id]       # written: due now
+    assert store.outbox.due() == [event.id]
+    assert store.outbox.claim(event.id).attempts == 1
+    assert store.partial_output_written(job_id) == []               # once
+
+
 def test_due_webhooks_oldest_first_and_limited(store):
     event_ids = []
     for _ in range(3):
-        job_id = running_job(store, num_shards=1)
+        job_id = new_job(store)
         event = outbox_event(job_id)
         store.finish_job(job_id, JobStatus.FAILED, event=event)
         event_ids.append(event.id)

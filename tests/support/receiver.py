@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -34,9 +34,10 @@ Response = int | tuple[int, dict[str, str]] | Answer
 class WebhookReceiver:
     def __init__(
         self, responses: Iterable[Response] = (), *, default_status: int = 200, path: str = "/hook",
-        host: str = "127.0.0.1", port: int = 0,
+        host: str = "127.0.0.1", port: int = 0, on_request: Callable[[bytes], None] | None = None,
     ) -> None:
         self.responses: list[Response] = list(responses)  # answers still to give, in order
+        self.on_request = on_request  # called with each body as it arrives, before it is answered
         self.default_status = default_status
         self.path = path
         self.host = host
@@ -94,6 +95,8 @@ class WebhookReceiver:
             return list(self.requests)
 
     def _record(self, path: str, headers: dict[str, str], body: bytes) -> Answer:
+        if self.on_request is not None:
+            self.on_request(body)
         with self._lock:
             self.requests.append((headers, body))
             self.paths.append(path)
