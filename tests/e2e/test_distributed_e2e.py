@@ -196,15 +196,9 @@ def test_a_job_past_its_deadline_expires_with_what_it_finished(tmp_path):
         output = tmp_path / "out-expire"
         wait_until(lambda: (output / "_manifest.json").exists(), timeout_s=30, what="the partial manifest")
 
-        committed = committed_shards(client, job)
-        assert 0 < len(committed) < len(client.store.list_shards(job.id)), "it expired part-way"
-        manifest = json.loads((output / "_manifest.json").read_text())
-        assert manifest["status"] == "expired" and not (output / "_SUCCESS").exists()
-        assert [part["name"] for part in manifest["parts"]] == [s.part["name"] for s in committed]
+        committed = assert_partial_output(client, job, output, "expired", rows_per_shard=200)
         with pytest.raises(JobFailed, match="partial=True"):
             job.results()
-        ids = job.results(partial=True).column("doc_id").to_pylist()
-        assert sorted(ids) == sorted(i for s in committed for i in range(200 * s.shard_index, 200 * (s.shard_index + 1)))
 
         retried = client.retry(job)   # the rest, once; the committed shards stay as they are
         assert retried.wait(timeout=180).status == JobStatus.SUCCEEDED, deployment.worker_logs()
@@ -227,18 +221,26 @@ def test_a_partial_manifest_whose_task_was_lost_is_written_by_a_housekeeper(tmp_
         wait_until(lambda: (output / "_manifest.json").exists(), timeout_s=60, what="the owed manifest")
         assert b"its partial manifest was owed" in worker.log_path.read_bytes()
 
-        committed = committed_shards(client, job)
-        assert 0 < len(committed) < len(client.store.list_shards(job.id)), "it was cancelled part-way"
-        manifest = json.loads((output / "_manifest.json").read_text())
-        assert manifest["status"] == "cancelled" and not (output / "_SUCCESS").exists()
-        assert [part["name"] for part in manifest["parts"]] == [s.part["name"] for s in committed]
-        ids = job.results(partial=True).column("doc_id").to_pylist()
-        assert sorted(ids) == sorted(i for s in committed for i in range(200 * s.shard_index, 200 * s.shard_index + 200))
+        assert_partial_output(client, job, output, "cancelled", rows_per_shard=200)
         wait_until(lambda: client.store.stale_partial_outputs(0) == [], timeout_s=10, what="the debt cleared")
 
 
 def committed_shards(client, job):
     return [s for s in client.store.list_shards(job.id) if s.status == ShardStatus.COMMITTED]
+
+
+def assert_partial_output(client, job, output, status: str, rows_per_shard: int):
+    """The job ended `status` part-way; its manifest (no _SUCCESS) lists exactly its
+    committed shards, whose rows results(partial=True) reads. Returns those shards."""
+    committed = committed_shards(client, job)
+    assert 0 < len(committed) < len(client.store.list_shards(job.id)), f"it was {status} part-way"
+    manifest = json.loads((output / "_manifest.json").read_text())
+    assert manifest["status"] == status and not (output / "_SUCCESS").exists()
+    assert [part["name"] for part in manifest["parts"]] == [s.part["name"] for s in committed]
+    ids = job.results(partial=True).column("doc_id").to_pylist()
+    assert sorted(ids) == sorted(i for s in committed
+                                 for i in range(rows_per_shard * s.shard_index, rows_per_shard * (s.shard_index + 1)))
+    return committed
 
 
 @pytest.mark.parametrize("backend", ["postgres-rabbitmq", "postgres-redis"])
