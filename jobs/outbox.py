@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Connection, Engine, and_, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from jobs import tables
@@ -56,6 +56,19 @@ class Outbox:
                  .order_by(_event.next_attempt_at).limit(limit))
         with self.engine.connect() as conn:
             return list(conn.execute(query).scalars())
+
+    def due_deliveries(self, now: float | None = None, *, per_url: int = 2, limit: int = 500) -> list[tuple[str, str]]:
+        """Due events as (id, url), soonest due first, at most `per_url` of each URL: the
+        backlog of one URL whose receiver hangs cannot crowd the others out of a pass."""
+        now = time.time() if now is None else now
+        rank = func.row_number().over(partition_by=_event.url, order_by=(_event.next_attempt_at, _event.id))
+        due = (select(_event.id, _event.url, _event.next_attempt_at, rank.label("rank"))
+               .where(_event.status == PENDING, _event.next_attempt_at <= now, _event.claimed_until <= now)
+               .subquery())
+        query = (select(due.c.id, due.c.url).where(due.c.rank <= per_url)
+                 .order_by(due.c.next_attempt_at, due.c.id).limit(limit))
+        with self.engine.connect() as conn:
+            return [(event_id, url) for event_id, url in conn.execute(query)]
 
     def claim(self, event_id: str, lease_s: float = 120.0) -> WebhookRecord | None:
         """Start one attempt on a due event; None if it is not due, delivered, failed,

@@ -2,8 +2,9 @@
 
 A job's final event is written in the same transaction as its final state. The task
 that finishes the job tries the first delivery at once; every worker also runs a
-`Dispatcher` thread that delivers whatever is due, so a failed attempt, a crashed
-worker or a broker outage delays an event but never loses it. The dispatcher also
+`Dispatcher` thread that delivers whatever is due, several events at once with a limit
+per host (queueing.delivery_pool), so a failed attempt, a crashed worker or a broker
+outage delays an event but never loses it, and a receiver that hangs delays only its own. The dispatcher also
 expires jobs past their deadline, which writes their `job.expired` event, and sends
 the task that lists what each finished in a partial manifest (queueing.finalize). The
 final event of a planned job that ends unfinished is held until that manifest is
@@ -21,6 +22,7 @@ from collections.abc import Collection
 from jobs.events import final_event
 from jobs.status import InvalidTransition, JobStatus
 from jobs.store import Store
+from queueing.delivery_pool import DeliveryLimits, DeliveryPool
 from queueing.metrics import WorkerMetrics
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
@@ -102,25 +104,35 @@ def expire_jobs(store: Store) -> list[str]:
 
 
 class Dispatcher(threading.Thread):
-    """Expires overdue jobs and delivers due outbox events every `interval_s` until stopped."""
+    """Every `interval_s` until stopped: expires overdue jobs, and starts the due outbox
+    events on a DeliveryPool, so one receiver that hangs holds only its own events."""
 
     def __init__(self, runtime: Runtime, interval_s: float = 2.0):
         super().__init__(name="barge-webhook-dispatcher", daemon=True)
         self.runtime = runtime
         self.interval_s = interval_s
+        self.limits = DeliveryLimits.from_env()
+        self.pool = DeliveryPool(self._deliver, self.limits)
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
             try:
-                store = self.runtime.store
-                for job_id in expire_jobs(store):   # list what they finished (queueing.finalize)
-                    self.runtime.send("barge.write_partial_output", [job_id], CONTROL_QUEUE)
-                policy, allow_hosts = RetryPolicy.from_env(), allow_hosts_from_env()
-                for event_id in store.outbox.due():
-                    deliver_event(store, event_id, policy, allow_hosts=allow_hosts, metrics=self.runtime.metrics)
+                self.dispatch_once()
             except Exception:   # a database blip must not kill the thread
                 log.exception("webhook dispatcher pass failed")
+        self.pool.close()
+
+    def dispatch_once(self) -> list[str]:
+        """One pass; the ids of the events whose attempt it started."""
+        store = self.runtime.store
+        for job_id in expire_jobs(store):   # list what they finished (queueing.finalize)
+            self.runtime.send("barge.write_partial_output", [job_id], CONTROL_QUEUE)
+        return self.pool.start_due(store.outbox.due_deliveries(per_url=self.limits.per_host))
 
     def stop(self) -> None:
         self.stopped.set()
+
+    def _deliver(self, event_id: str) -> None:
+        deliver_event(self.runtime.store, event_id, RetryPolicy.from_env(), allow_hosts=allow_hosts_from_env(),
+                      metrics=self.runtime.metrics)

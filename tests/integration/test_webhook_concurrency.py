@@ -1,0 +1,82 @@
+"""Endpoints do not block each other: a worker's Dispatcher thread delivers from a real
+SQLite outbox to real HTTP receivers on 127.0.0.1, several events at once, at most
+`per_host` of them open to one host.
+
+Given one receiver that hangs and one that answers, when the dispatcher runs, then the
+answering receiver's events arrive while the hanging one holds its own; once it lets
+go, each of its events has arrived exactly once (the claims' leases kept the threads
+and the passes from sending one twice).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from jobs.events import final_event
+from jobs.spec import JobSpec
+from jobs.status import JobStatus
+from jobs.store import Store
+from queueing.dispatch import Dispatcher
+from tests.support.receiver import Answer, WebhookReceiver
+from webhooks.signing import generate_secret
+
+
+@pytest.fixture
+def store(sqlite_store, monkeypatch):
+    monkeypatch.setenv("BARGE_WEBHOOK_ALLOW_HOSTS", "127.0.0.1")
+    monkeypatch.setenv("BARGE_WEBHOOK_TIMEOUT_S", "30")   # the hanging receiver outlasts the test's patience
+    monkeypatch.delenv("BARGE_WEBHOOK_THREADS", raising=False)
+    monkeypatch.delenv("BARGE_WEBHOOK_PER_HOST", raising=False)
+    return sqlite_store
+
+
+def queue_final_event(store: Store, url: str) -> str:
+    spec = JobSpec(mode="embed", model="minilm", input="/in/a.parquet", output="/out/", webhook_url=url)
+    job_id = store.create_job(spec, model_key="all-MiniLM-L6-v2", rows_total=1, output_schema="s",
+                              webhook_secret=generate_secret())
+    event = final_event(store, job_id, JobStatus.FAILED, "boom")
+    assert store.finish_job(job_id, JobStatus.FAILED, error="boom", event=event)
+    return event.id
+
+
+def start_dispatcher(store: Store) -> Dispatcher:
+    runtime = SimpleNamespace(store=store, send=lambda *args: None, metrics=None)
+    dispatcher = Dispatcher(runtime, interval_s=0.1)
+    dispatcher.start()
+    return dispatcher
+
+
+def test_a_hanging_endpoint_holds_only_its_own_events(store):
+    release = threading.Event()
+    with WebhookReceiver(responses=[Answer(200, hold=release)] * 6) as hanging, WebhookReceiver() as answering:
+        # Given six events for a receiver that hangs, due before three for one that answers,
+        hanging_ids = [queue_final_event(store, hanging.url) for _ in range(6)]
+        answering_ids = [queue_final_event(store, answering.url) for _ in range(3)]
+        # when a dispatcher runs,
+        dispatcher = start_dispatcher(store)
+        try:
+            # then the answering receiver gets its events while the other still hangs,
+            answered = answering.wait_for(3, timeout_s=10)
+            assert sorted(headers["webhook-id"] for headers, _ in answered) == sorted(answering_ids)
+            assert not release.is_set()
+            # and the hanging host never has more than per_host (2) attempts open.
+            hanging.wait_for(2, timeout_s=5)
+            time.sleep(1.0)   # ten more passes
+            assert len(hanging.requests) == 2
+            assert {store.outbox.event(event_id).status for event_id in answering_ids} == {"delivered"}
+            # Once it answers, every one of its events arrives, each exactly once.
+            release.set()
+            deadline = time.monotonic() + 20
+            while {store.outbox.event(event_id).status for event_id in hanging_ids} != {"delivered"}:
+                assert time.monotonic() < deadline, "the hanging receiver's events were not all delivered"
+                time.sleep(0.1)
+        finally:
+            release.set()
+            dispatcher.stop()
+            dispatcher.join(timeout=10)
+    assert sorted(headers["webhook-id"] for headers, _ in hanging.requests) == sorted(hanging_ids)
+    assert all(store.outbox.event(event_id).attempts == 1 for event_id in hanging_ids + answering_ids)
