@@ -6,13 +6,21 @@ transaction, under a lease; a dispatcher that dies between sending and recording
 leaves an unfinished attempt row and a lease that runs out, and then the event is due
 again: delivered at least once, with the same webhook-id, never dropped. A record
 only moves the event if no later attempt claimed it since (attempts == attempt).
+
+Only settled events are ever pruned: delivered, or failed with no attempt left. An
+event that is pending (due, held, backing off or in flight) or disabled (waiting for
+its endpoint to be re-enabled) stays whatever its age; a replay makes an event pending
+again, and the prune re-checks the status under the row lock before it deletes.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, and_, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from jobs import tables
@@ -24,6 +32,14 @@ EVENT_STATUSES = (PENDING, DELIVERED, FAILED, DISABLED)   # DISABLED: held, its 
 _event = tables.webhook_events.c
 _attempt = tables.webhook_attempts.c
 _endpoint = tables.webhook_endpoints.c
+RETENTION_ENV = "BARGE_OUTBOX_RETENTION_S"   # set: dispatchers prune settled events older than this
+PRUNE_BATCH = 500   # events deleted per transaction: a large backlog never holds the lock for long
+
+
+@dataclass(frozen=True)
+class PruneCount:
+    num_events: int     # settled events deleted (or, on a dry run, that would be)
+    num_attempts: int   # their delivery attempts
 
 
 def insert_event(conn: Connection, job_id: str, event, now: float, *, due_at: float | None = None) -> None:
@@ -122,6 +138,26 @@ class Outbox:
                 status=PENDING, next_attempt_at=now, retry_from=row.attempts, delivered_at=None))
         return self.event(event_id)
 
+    def prune(self, older_than_s: float, *, now: float | None = None, dry_run: bool = False) -> PruneCount:
+        """Delete events settled more than `older_than_s` ago, with their attempts."""
+        settled = _settled_before((time.time() if now is None else now) - older_than_s)
+        if dry_run:
+            with self.engine.connect() as conn:
+                event_ids = select(_event.id).where(settled).scalar_subquery()
+                return PruneCount(
+                    conn.execute(select(func.count()).where(settled)).scalar_one(),
+                    conn.execute(select(func.count()).where(_attempt.event_id.in_(event_ids))).scalar_one())
+        num_events = num_attempts = 0
+        while True:
+            with self.engine.begin() as conn:
+                batch = list(conn.execute(select(_event.id).where(settled).limit(PRUNE_BATCH).with_for_update())
+                             .scalars())
+                if not batch:
+                    return PruneCount(num_events, num_attempts)
+                num_attempts += conn.execute(delete(tables.webhook_attempts)
+                                             .where(_attempt.event_id.in_(batch))).rowcount
+                num_events += conn.execute(delete(tables.webhook_events).where(_event.id.in_(batch))).rowcount
+
     def event(self, event_id: str) -> WebhookRecord:
         with self.engine.connect() as conn:
             row = conn.execute(select(tables.webhook_events).where(_event.id == event_id)).one_or_none()
@@ -160,6 +196,36 @@ class Outbox:
             _set_endpoint(conn, url, disabled_at=None, disabled_reason=None)
             return conn.execute(update(tables.webhook_events).where(_event.url == url, _event.status == DISABLED)
                                 .values(status=PENDING, next_attempt_at=now, retry_from=_event.attempts)).rowcount
+
+
+def retention_from_env(environ: Mapping[str, str] = os.environ) -> float | None:
+    """BARGE_OUTBOX_RETENTION_S in seconds (a duration such as 30d too); None when unset."""
+    raw = environ.get(RETENTION_ENV, "").strip()
+    try:
+        return parse_duration(raw) if raw else None
+    except ValueError as exc:
+        raise ValueError(f"{RETENTION_ENV}: {exc}") from None
+
+
+def parse_duration(text: str) -> float:
+    """"30d", "12h", "90m", "3600s" or "3600" as seconds; ValueError otherwise."""
+    number, unit = (text[:-1], text[-1].lower()) if text[-1:].lower() in _UNIT_S else (text, "s")
+    try:
+        seconds = float(number) * _UNIT_S[unit]
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration such as 30d, 12h, 90m or 3600s") from None
+    if not seconds >= 0:
+        raise ValueError(f"{text!r} is not a duration of zero or more")
+    return seconds
+
+
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+def _settled_before(cutoff: float):
+    # record() leaves a failed event's next_attempt_at at the time it gave up.
+    return or_(and_(_event.status == DELIVERED, _event.delivered_at < cutoff),
+               and_(_event.status == FAILED, _event.next_attempt_at < cutoff))
 
 
 def _set_endpoint(conn: Connection, url: str, **values) -> None:

@@ -5,6 +5,9 @@
     barge webhooks replay EVENT_ID        send it again now (same webhook-id)
     barge webhooks endpoints              URLs disabled after answering 410 Gone
     barge webhooks enable URL             re-enable one; its held events become due
+    barge webhooks prune [--older-than 30d] [--dry-run]
+                                          delete delivered and failed events (and their
+                                          attempts) settled that long ago; pending never
 
 Nothing here prints or logs a webhook secret: the outbox holds none, and replay reads
 the job's secret only to sign.
@@ -17,10 +20,12 @@ import json
 import time
 from typing import TextIO
 
-from jobs.outbox import EVENT_STATUSES
+from jobs.outbox import EVENT_STATUSES, RETENTION_ENV, parse_duration, retention_from_env
 from jobs.records import WebhookRecord
 from jobs.settings import Settings
 from jobs.store import Store
+
+DEFAULT_RETENTION_S = 30 * 86_400.0   # what `prune` keeps when neither --older-than nor the environment says
 
 
 def add_webhook_commands(commands: argparse._SubParsersAction) -> None:
@@ -42,11 +47,33 @@ def add_webhook_commands(commands: argparse._SubParsersAction) -> None:
     enable = actions.add_parser("enable", help="re-enable a disabled endpoint URL")
     enable.add_argument("url")
     enable.set_defaults(func=lambda args: enable_endpoint(_store(), args.url))
+    prune = actions.add_parser("prune", help="delete delivered and failed events settled long ago")
+    prune.add_argument("--older-than", type=_duration_arg, default=None, metavar="AGE",
+                       help=f"e.g. 30d, 12h, 90m, 3600s (default: {RETENTION_ENV}, else 30d)")
+    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    prune.set_defaults(func=lambda args: prune_events(_store(), args.older_than, args.dry_run))
     rotate = actions.add_parser("rotate-secret", help="give a job a new webhook secret (printed once)")
     rotate.add_argument("job_id")
     rotate.add_argument("--overlap-hours", type=float, default=24.0,
                         help="how long deliveries are also signed with the old secret")
     rotate.set_defaults(func=lambda args: rotate_secret(args.job_id, args.overlap_hours * 3600))
+
+
+def prune_events(store: Store, older_than_s: float | None, dry_run: bool, out: TextIO | None = None) -> int:
+    if older_than_s is None:
+        older_than_s = retention_from_env()
+        older_than_s = DEFAULT_RETENTION_S if older_than_s is None else older_than_s
+    pruned = store.outbox.prune(older_than_s, dry_run=dry_run)
+    print(f"{'would delete' if dry_run else 'deleted'} {pruned.num_events} event(s) and {pruned.num_attempts} "
+          f"attempt(s) delivered or failed before {_when(time.time() - older_than_s)}", file=out)
+    return 0
+
+
+def _duration_arg(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def rotate_secret(job_id: str, overlap_s: float, out: TextIO | None = None) -> int:

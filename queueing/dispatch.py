@@ -20,6 +20,7 @@ import time
 from collections.abc import Collection
 
 from jobs.events import final_event
+from jobs.outbox import retention_from_env
 from jobs.status import InvalidTransition, JobStatus
 from jobs.store import Store
 from queueing.delivery_pool import DeliveryLimits, DeliveryPool
@@ -32,6 +33,7 @@ from webhooks.retry import RetryPolicy, next_delay
 from webhooks.safety import allow_hosts_from_env
 
 log = logging.getLogger("barge.webhooks")
+PRUNE_EVERY_S = 600.0   # with a retention set, how often a dispatcher prunes (more often for a shorter one)
 
 
 def deliver(runtime: Runtime, event_id: str) -> bool | None:
@@ -104,16 +106,19 @@ def expire_jobs(store: Store) -> list[str]:
 
 
 class Dispatcher(threading.Thread):
-    """Every `interval_s` until stopped: expires overdue jobs, and starts the due outbox
-    events on a DeliveryPool, so one receiver that hangs holds only its own events."""
+    """Every `interval_s` until stopped: expires overdue jobs, starts the due outbox
+    events on a DeliveryPool, so one receiver that hangs holds only its own events, and
+    with BARGE_OUTBOX_RETENTION_S set prunes the events settled longer ago than that."""
 
     def __init__(self, runtime: Runtime, interval_s: float = 2.0):
         super().__init__(name="barge-webhook-dispatcher", daemon=True)
         self.runtime = runtime
         self.interval_s = interval_s
         self.limits = DeliveryLimits.from_env()
+        self.retention_s = retention_from_env()
         self.pool = DeliveryPool(self._deliver, self.limits)
         self.stopped = threading.Event()
+        self._next_prune_at = 0.0   # time.monotonic()
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
@@ -128,10 +133,19 @@ class Dispatcher(threading.Thread):
         store = self.runtime.store
         for job_id in expire_jobs(store):   # list what they finished (queueing.finalize)
             self.runtime.send("barge.write_partial_output", [job_id], CONTROL_QUEUE)
+        if self.retention_s is not None and time.monotonic() >= self._next_prune_at:
+            self._next_prune_at = time.monotonic() + min(PRUNE_EVERY_S, self.retention_s)
+            self._prune(store)
         return self.pool.start_due(store.outbox.due_deliveries(per_url=self.limits.per_host))
 
     def stop(self) -> None:
         self.stopped.set()
+
+    def _prune(self, store: Store) -> None:
+        pruned = store.outbox.prune(self.retention_s)
+        if pruned.num_events:
+            log.info("pruned %d webhook event(s) and %d attempt(s) settled over %gs ago", pruned.num_events,
+                     pruned.num_attempts, self.retention_s)
 
     def _deliver(self, event_id: str) -> None:
         deliver_event(self.runtime.store, event_id, RetryPolicy.from_env(), allow_hosts=allow_hosts_from_env(),
