@@ -24,6 +24,7 @@ from jobs.schedule_cli import add_schedule_commands
 from jobs.schedules import ScheduleError
 from jobs.webhook_admin import add_webhook_commands
 from storage.errors import StorageError
+from storage.fs import redact, redact_urls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"barge: schedule refused: {exc}", file=sys.stderr)
         return 2
     except (KeyError, JobFailed, TimeoutError, ValueError, StorageError) as exc:
-        print(f"barge: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        print(f"barge: {redact_urls(str(exc.args[0] if exc.args else exc))}", file=sys.stderr)
         return 1
 
 
@@ -200,7 +201,7 @@ def _jobs(args) -> int:
         rate = (t.recent_rows_per_s or t.rows_per_s) if t else None
         eta = "" if state.is_finished or t is None else format_duration(t.eta_s)
         print(f"{state.job_id:32}  {str(state.status):10}  {state.rows_done:>9}  {state.rows_failed:>7}  "
-              f"{state.rows_total:>9}  {'-' if rate is None else f'{rate:,.1f}':>8}  {eta:>6}  {state.output}")
+              f"{state.rows_total:>9}  {'-' if rate is None else f'{rate:,.1f}':>8}  {eta:>6}  {redact(state.output)}")
     return 0
 
 
@@ -231,9 +232,9 @@ def _print_status(state: JobProgress) -> None:
               f"{format_rate(t.rows_per_s, 'rows')}, {format_rate(t.tokens_per_s, 'tokens')} overall")
         eta = "" if state.is_finished else f"; ETA {format_duration(t.eta_s)}"
         print(f"  time: {format_duration(t.queued_s)} queued, {format_duration(t.running_s)} running{eta}")
-    print(f"  output: {state.output}")
+    print(f"  output: {redact(state.output)}")
     if state.error:
-        print(f"  error: {state.error}")
+        print(f"  error: {redact_urls(state.error)}")
 
 
 def _has_pandas() -> bool:

@@ -10,7 +10,8 @@
                                           attempts) settled that long ago; pending never
 
 Nothing here prints or logs a webhook secret: the outbox holds none, and replay reads
-the job's secret only to sign.
+the job's secret only to sign. A URL is shown without its query string or userinfo
+(storage.fs.redact), where a receiver's token often sits.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from jobs.outbox import EVENT_STATUSES, RETENTION_ENV, parse_duration, retention
 from jobs.records import WebhookRecord
 from jobs.settings import Settings
 from jobs.store import Store
+from storage.fs import redact, redact_urls
 
 DEFAULT_RETENTION_S = 30 * 86_400.0   # what `prune` keeps when neither --older-than nor the environment says
 
@@ -103,7 +105,7 @@ def list_events(store: Store, job_id: str | None, status: str | None, limit: int
 def show_event(store: Store, event_id: str, out: TextIO | None = None) -> int:
     event = store.outbox.event(event_id)
     _print_event(event, out)
-    print(f"  body: {json.dumps(json.loads(event.body), indent=2, sort_keys=True)}", file=out)
+    print(f"  body: {redact_urls(json.dumps(json.loads(event.body), indent=2, sort_keys=True))}", file=out)
     attempts = store.outbox.attempts(event_id)
     print(f"  attempts ({len(attempts)}):", file=out)
     for attempt in attempts:
@@ -111,7 +113,8 @@ def show_event(store: Store, event_id: str, out: TextIO | None = None) -> int:
             outcome = "no outcome recorded (the dispatcher stopped mid-attempt, or is still waiting)"
         else:
             outcome = f"HTTP {attempt.status_code}" if attempt.status_code else "no HTTP answer"
-            outcome += f" in {attempt.latency_s:.3f}s" + (f": {attempt.error}" if attempt.error else "")
+            outcome += f" in {attempt.latency_s:.3f}s"
+            outcome += f": {redact_urls(attempt.error)}" if attempt.error else ""
         print(f"    #{attempt.attempt}  {_when(attempt.started_at)}  {outcome}", file=out)
     return 0
 
@@ -123,8 +126,8 @@ def replay_event(store: Store, event_id: str, out: TextIO | None = None) -> int:
 
     event = store.outbox.event(event_id)
     if any(e.url == event.url and e.disabled_at for e in store.outbox.endpoints()):
-        print(f"endpoint disabled (it answered 410 Gone); re-enable it first: barge webhooks enable '{event.url}'",
-              file=out)
+        print(f"endpoint {redact(event.url)} is disabled (it answered 410 Gone); re-enable it first: "
+              f"barge webhooks enable URL", file=out)
         return 1
     try:
         store.outbox.replay(event_id)
@@ -136,7 +139,8 @@ def replay_event(store: Store, event_id: str, out: TextIO | None = None) -> int:
     if delivered:
         print(f"{event_id} delivered again (HTTP {event.last_status_code})", file=out)
         return 0
-    print(f"{event_id} not delivered now ({event.last_error or 'claimed by a dispatcher'}); status {event.status}"
+    print(f"{event_id} not delivered now ({redact_urls(event.last_error or 'claimed by a dispatcher')}); "
+          f"status {event.status}"
           + (f", next attempt {_when(event.next_attempt_at)}" if event.status == "pending" else ""), file=out)
     return 1
 
@@ -145,28 +149,28 @@ def list_endpoints(store: Store, out: TextIO | None = None) -> int:
     print(f"{'STATE':8}  {'SINCE':20}  {'URL':50}  REASON", file=out)
     for endpoint in store.outbox.endpoints():
         state = "disabled" if endpoint.disabled_at else "enabled"
-        print(f"{state:8}  {_when(endpoint.updated_at):20}  {endpoint.url:50}  {endpoint.disabled_reason or ''}",
-              file=out)
+        print(f"{state:8}  {_when(endpoint.updated_at):20}  {redact(endpoint.url):50}  "
+              f"{endpoint.disabled_reason or ''}", file=out)
     return 0
 
 
 def enable_endpoint(store: Store, url: str, out: TextIO | None = None) -> int:
     num_held = store.outbox.enable_endpoint(url)
-    print(f"enabled {url}; {num_held} held event(s) are due now", file=out)
+    print(f"enabled {redact(url)}; {num_held} held event(s) are due now", file=out)
     return 0
 
 
 def _print_event(event: WebhookRecord, out: TextIO | None) -> None:
     print(f"event {event.id}: {event.type}, {event.status}", file=out)
     print(f"  job: {event.job_id}", file=out)
-    print(f"  url: {event.url}", file=out)
+    print(f"  url: {redact(event.url)}", file=out)
     print(f"  created: {_when(event.created_at)}", file=out)
     if event.delivered_at:
         print(f"  delivered: {_when(event.delivered_at)}", file=out)
     elif event.status == "pending":
         print(f"  next attempt: {_when(event.next_attempt_at)}", file=out)
     if event.last_error:
-        print(f"  last error: {event.last_error}", file=out)
+        print(f"  last error: {redact_urls(event.last_error)}", file=out)
 
 
 def _when(epoch_s: float) -> str:

@@ -22,6 +22,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from storage.fs import redact_urls
+
 MASK = "***"
 
 _context: contextvars.ContextVar[dict] = contextvars.ContextVar("barge_log_context", default={})
@@ -33,8 +35,6 @@ _SECRET_FIELD = re.compile(r"secret|password|passwd|token|authorization|api_?key
 _CONTENT_FIELD = re.compile(r"^(body|text|texts|input|inputs|prompt|prompts|rows?)$", re.IGNORECASE)
 
 _SECRET_PATTERNS = (
-    # URL passwords first: a password may itself look like a key (an AWS secret has "/" in it).
-    (re.compile(r"([a-z][a-z0-9+.-]*://[^:/@\s]*):[^@\s]+@", re.IGNORECASE), r"\1:" + MASK + "@"),
     (re.compile(r"whsec_[A-Za-z0-9+/=_-]+"), "whsec_" + MASK),                       # webhook signing secrets
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),                            # AWS access key ids
     (re.compile(r"(?i)(aws_secret_access_key|aws_session_token)([\"']?\s*[=:]\s*[\"']?)[^\s\"',;&]+"), r"\1\2" + MASK),
@@ -45,6 +45,9 @@ _SECRET_PATTERNS = (
 
 def redact(text: str) -> str:
     """`text` with everything shaped like a secret masked."""
+    # URLs first (userinfo and query strings, storage.fs.redact): a password may itself
+    # look like a key (an AWS secret has "/" in it).
+    text = redact_urls(text)
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text

@@ -25,6 +25,7 @@ from queueing.housekeeping import Housekeeper
 from queueing.logs import configure_logging
 from queueing.metrics import WorkerMetrics
 from queueing.runtime import Runtime, WorkerOptions, attach_runtime
+from storage.fs import redact
 
 log = logging.getLogger("barge.worker")
 
@@ -53,7 +54,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     attach_runtime(app, runtime)
     queues = [queue_name(settings.namespace, queue)
               for queue in [CONTROL_QUEUE] + [model_queue(key) for key in runtime.models]]
-    log.info("serving %s on %s", ", ".join(queues), _redact_url(settings.broker_url))
+    log.info("serving %s on %s", ", ".join(queues), redact(settings.broker_url))
 
     # SIGTERM (spot reclaim, scale-in): Celery stops consuming and waits for the running
     # task; the shard loop sees the drain deadline and releases its shard if it passes.
@@ -75,10 +76,3 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
         for thread in threads:
             thread.stop()
         runtime.metrics.close()
-
-
-def _redact_url(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.split("@", 1)[1]
-    return f"{scheme}{sep}{rest}"

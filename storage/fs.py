@@ -36,9 +36,13 @@ from fsspec.implementations.local import LocalFileSystem
 _OBJECT_STORE_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss"}
 
 # "scheme://user:password@host/..." -> "scheme://***@host/..."
-_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/@]*@")
-# The same anywhere in a longer text, e.g. an endpoint URL inside a backend's error message.
-_USERINFO_ANYWHERE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/@\s]*@")
+# (a password may hold "/", as an AWS secret key does)
+_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*://)(?:[^/@\s?#:]*:[^@\s?#]*|[^/@\s?#]*)@")
+# "scheme://host/path?token=..." -> "scheme://host/path?***": a query string may carry a
+# token or a signature (a webhook's ?token=, a presigned URL's X-Amz-Signature).
+_QUERY = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*://[^?#\s]*)\?[^#\s]*")
+# A URL anywhere in a longer text, e.g. an endpoint URL inside a backend's error message.
+_URL_ANYWHERE = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s\"'<>]*")
 # storage_options keys (at any depth) whose values are secrets: key, secret, token,
 # aws_secret_access_key, password, account_key, sas_token, client_secret, ...
 _SECRET_OPTION = re.compile(r"key|secret|token|password|credential|sas", re.IGNORECASE)
@@ -107,18 +111,26 @@ def open_for_read(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[str | IO
 
 
 def redact(url: str) -> str:
-    """`url` without any `user:password@` part, for messages and logs."""
-    return _USERINFO.sub(r"\1***@", url)
+    """`url` without its `user:password@` part and its query string, for messages and
+    logs. Barge's one URL redaction: storage errors, worker logs, webhook URLs and job
+    status all show URLs through it (or through `redact_urls`, which applies it)."""
+    return _QUERY.sub(r"\1?***", _USERINFO.sub(r"\1***@", url))
+
+
+def redact_urls(text: str) -> str:
+    """`text` with `redact` applied to every URL in it (an error message, a log line)."""
+    return _URL_ANYWHERE.sub(lambda match: redact(match.group(0)), text)
 
 
 def describe(error: BaseException, storage_options: dict | None = None) -> str:
     """`error` as "Type: message" for an error message, with credentials taken out.
 
     Backends word their own errors, and some quote what they were given (an endpoint
-    URL with a password in it, a malformed key): userinfo in any URL, the values of
-    secret-looking storage_options and of credential environment variables become ***.
+    URL with a password in it, a malformed key): userinfo and query strings in any
+    URL, the values of secret-looking storage_options and of credential environment
+    variables become ***.
     """
-    text = _USERINFO_ANYWHERE.sub(r"\1***@", f"{type(error).__name__}: {error}")
+    text = redact_urls(f"{type(error).__name__}: {error}")
     for secret in sorted(_secrets(storage_options), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
