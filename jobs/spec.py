@@ -117,6 +117,8 @@ class JobSpec:
     quant_check_rows: int = 0
     """With quantization: the first this many rows of shard 0 also run through the model
     unquantized, and the comparison is stored with the job (`barge report`, manifest)."""
+    allow_duplicate_ids: bool = False
+    """Run a job whose id column repeats ids; by default planning refuses it, naming the first."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input, list):
@@ -162,8 +164,9 @@ class JobSpec:
         if self.max_tokens_per_shard is not None and (isinstance(self.max_tokens_per_shard, bool) or not isinstance(
                 self.max_tokens_per_shard, int) or self.max_tokens_per_shard < 1):
             raise JobSpecError("max_tokens_per_shard", f"must be a positive integer or null, got {self.max_tokens_per_shard!r}")
-        if not isinstance(self.incremental, bool):
-            raise JobSpecError("incremental", f"must be a boolean, got {self.incremental!r}")
+        for name in ("incremental", "allow_duplicate_ids"):
+            if not isinstance(getattr(self, name), bool):
+                raise JobSpecError(name, f"must be a boolean, got {getattr(self, name)!r}")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 9:
             raise JobSpecError("priority", f"must be an integer from 0 (lowest) to 9 (highest), got {self.priority!r}")
         self._validate_quantization()

@@ -62,10 +62,24 @@ def check_job(spec: JobSpec) -> CheckedJob:
     return CheckedJob(model=model, input=info, output_schema=_with_carried(schema, spec, info))
 
 
-def inspect_job_input(spec: JobSpec) -> InputInfo:
-    """The input's footers, checked for every column the job reads (storage.inspect_input)."""
+def inspect_job_input(spec: JobSpec, *, summarize_ids: bool = False) -> InputInfo:
+    """The input's footers, checked for every column the job reads (storage.inspect_input);
+    with `summarize_ids`, the id column's nulls and duplicates counted too."""
     return inspect_input(spec.inputs, columns=input_columns(spec), carry_columns=spec.carry_columns,
-                         partition_columns=spec.partition_columns)
+                         partition_columns=spec.partition_columns, summarize_ids=summarize_ids)
+
+
+def check_ids(spec: JobSpec, info: InputInfo) -> None:
+    """Duplicate ids refuse the job unless it allows them (its output could not be joined back)."""
+    if info.ids is None or not info.ids.num_duplicate_rows or spec.allow_duplicate_ids:
+        return
+    raise JobSpecError("id_column", f"column {spec.id_column!r}: {info.ids.describe_duplicates()}; "
+                                    "submit with allow_duplicate_ids=True to run the job anyway")
+
+
+def read_columns(spec: JobSpec) -> list[str]:
+    """The input columns a shard reads, in order: the input, the id, the carried columns."""
+    return [spec.input_column] + ([spec.id_column] if spec.id_column else []) + list(spec.carry_columns)
 
 
 def carried_fields(spec: JobSpec, info: InputInfo) -> list[pa.Field]:

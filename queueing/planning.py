@@ -1,18 +1,20 @@
-"""plan_job: read the input's footers, record the shards, queue one task per shard."""
+"""plan_job: read the input's footers (and its id column), stage row groups bigger than a
+shard, record the shards, queue one task per shard."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from jobs.status import JobStatus
-from jobs.validate import inspect_job_input
+from jobs.spec import JobSpecError
+from jobs.validate import check_ids, inspect_job_input, read_columns
 from queueing.finalize import fail_job
 from queueing.routing import CONTROL_QUEUE, model_queue
 from queueing.runtime import Runtime
 from storage.errors import StorageError
 from storage.clear import clear_output
 from storage.plan import plan_shards
+from storage.stage import stage_split_pieces, staging_url
 
 log = logging.getLogger("barge.worker")
 
@@ -26,18 +28,20 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
         return 0
     spec = job.spec
     try:
-        info = inspect_job_input(spec)
+        info = inspect_job_input(spec, summarize_ids=bool(spec.id_column))
+        check_ids(spec, info)
         shards = plan_shards(info, max_rows_per_shard=spec.max_rows_per_shard,
                              max_work_per_shard=spec.max_tokens_per_shard)
         if spec.if_exists == "replace":
             clear_output(spec.output)
-    except StorageError as exc:   # the input changed since submission, or the output vanished
+        shards, staging = stage_split_pieces(shards, read_columns(spec), staging_url(spec.output, job_id))
+    except (StorageError, JobSpecError) as exc:   # the input changed since submission, its ids repeat, ...
         fail_job(runtime, job_id, f"planning failed: {exc}")
         return 0
-    file_offsets = _file_offsets([f.num_rows for f in info.files])
-    plans = [dict(dataclasses.asdict(shard), row_groups=list(shard.row_groups),
-                  global_row_start=file_offsets[shard.file_index] + shard.row_start)
-             for shard in shards]
+    if staging.num_files:
+        log.info("job %s: staged %d row groups bigger than a shard as %d files, %d bytes, in %.1f s", job_id,
+                 staging.num_row_groups, staging.num_files, staging.num_bytes_written, staging.seconds)
+    plans = [shard.to_dict() for shard in shards]
     if not store.start_job(job_id, plans):
         return 0
     if not plans:
@@ -47,10 +51,3 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
              num_sent, model_queue(job.model_key))
     return len(plans)
 
-
-def _file_offsets(file_rows: list[int]) -> list[int]:
-    offsets, total = [], 0
-    for num_rows in file_rows:
-        offsets.append(total)
-        total += num_rows
-    return offsets

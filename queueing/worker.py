@@ -30,10 +30,10 @@ from queueing.result_cache import CacheWrite, ResultCache, merge_cached
 from queueing.results import ROW_INDEX_COLUMN, build_table
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
+from queueing.shard_rows import read_rows, with_row_errors
 from queueing.usage import ShardUsage, shard_usage
 from storage.manifest import decode_schema
 from storage.plan import ShardPlan
-from storage.read import read_shard
 from storage.write import PartInfo, part_name, write_part
 
 log = logging.getLogger("barge.worker")
@@ -89,6 +89,7 @@ class ShardWork:
     ids: pa.Array                       # every row's id, in input order
     inputs: list                        # every row's input value
     carried: dict                       # output columns copied from the input
+    input_errors: dict = field(default_factory=dict)   # row -> error, for rows that cannot be computed (null id, ...)
     cache: ResultCache | None = None    # incremental jobs
     cached: CachedRows | None = None    # the rows found in the cache
     todo: list[int] = field(default_factory=list)      # rows the engine computes, in order
@@ -145,9 +146,10 @@ def begin_shard(runtime: Runtime, job_id: str, shard_index: int) -> "ShardWork |
         # A retried shard may be what crashed the worker last time: it runs alone (see
         # queueing.pipeline), so another crash costs no other shard an attempt.
         runtime.pipeline.wait_idle()
-    work = ShardWork(job, claim, lease, shard_plan(claim.plan), pa.array([]), [], {})
+    work = ShardWork(job, claim, lease, ShardPlan.from_dict(claim.plan), pa.array([]), [], {})
     try:
-        work.ids, work.inputs, work.carried = read_rows(job, work.shard, claim.plan["global_row_start"])
+        rows = read_rows(job, work.shard)
+        work.ids, work.inputs, work.carried, work.input_errors = rows.ids, rows.inputs, rows.carried, rows.errors
         crash_if_poisoned(work.inputs)
         work.cache = _result_cache(runtime, job, decode_schema(job.output_schema), work.carried)
         work.cached = work.cache.lookup(work.ids, work.inputs) if work.cache else None
@@ -223,6 +225,7 @@ def _write(runtime: Runtime, work: ShardWork) -> ShardWritten:
         cache_write = work.cache.save(work.shard_index, work.claim.attempt, [cached.keys[i] for i in work.todo],
                                       table, cached)
         table = merge_cached(table, cached, work.ids, job.spec.id_column or ROW_INDEX_COLUMN)
+    table = with_row_errors(table, work.input_errors)
     for name, column in work.carried.items():
         table = table.append_column(name, column)
     table = table.select(schema.names).cast(schema)
@@ -290,25 +293,3 @@ def _after_finish(runtime: Runtime, job_id: str, job_is_ready: bool) -> None:
         runtime.send("barge.finalize_job", [job_id], CONTROL_QUEUE)
     else:
         runtime.refill_window(job_id)
-
-
-def shard_plan(plan: dict) -> ShardPlan:
-    names = {field.name for field in dataclasses.fields(ShardPlan)}
-    values = {name: plan[name] for name in names if name in plan}
-    values["row_groups"] = tuple(values["row_groups"])
-    return ShardPlan(**values)
-
-
-def read_rows(job: JobRecord, shard: ShardPlan, global_row_start: int) -> tuple[pa.Array, list, dict]:
-    """The shard's ids (the job's id column, or global row indices), input values, and
-    the columns carried into the output (carried columns, then partition keys)."""
-    spec = job.spec
-    columns = [spec.input_column] + ([spec.id_column] if spec.id_column else []) + list(spec.carry_columns)
-    table = pa.Table.from_batches(list(read_shard(shard, columns, partition_columns=spec.partition_columns)))
-    inputs = table.column(spec.input_column).to_pylist()
-    if spec.id_column:
-        ids = table.column(spec.id_column).combine_chunks()
-    else:
-        ids = pa.array(range(global_row_start, global_row_start + len(inputs)), type=pa.int64())
-    carried_names = list(spec.carry_columns) + (list(shard.partition) if spec.partition_columns else [])
-    return ids, inputs, {name: table.column(name) for name in carried_names}

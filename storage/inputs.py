@@ -6,6 +6,7 @@ row group's uncompressed byte sizes are all the planner needs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -14,8 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import InputError
-from storage.fs import describe, open_for_read, redact, resolve
+from storage.footer import Footer, open_parquet, read_footer
+from storage.ids import IdSummary, summarize_ids
+from storage.fs import describe, redact, resolve
 from storage.listing import ListedFile, list_inputs
+from storage.text import TEXT_TYPES, is_text_type
 from storage.work import TOKENS, estimate_work, work_unit
 
 # The role whose column feeds the engine's text: it must hold strings.
@@ -37,6 +41,7 @@ class InputFile:
     row_group_work: tuple[int, ...] = ()
     # hive partition key -> value from the file's `key=value` directories, outermost first
     partition: dict[str, str | None] = field(default_factory=dict)
+    num_bytes: int = 0  # the file's size; 0 when unknown
 
     def __post_init__(self) -> None:
         if len(self.row_group_rows) != self.num_row_groups:
@@ -57,6 +62,7 @@ class InputInfo:
     work_unit: str = TOKENS  # unit of InputFile.row_group_work: "tokens" | "audio_seconds"
     # partition keys every file shares, in directory order; set when inspect_input(partition_columns=True)
     partition_keys: tuple[str, ...] = ()
+    ids: IdSummary | None = None  # the id column's nulls and duplicates; set when inspect_input(summarize_ids=True)
 
     @property
     def total_work(self) -> int:
@@ -70,6 +76,7 @@ def inspect_input(
     storage_options: dict | None = None,
     carry_columns: Sequence[str] = (),
     partition_columns: bool = False,
+    summarize_ids: bool = False,
 ) -> InputInfo:
     """List the input files and check their footers agree with each other and the job.
 
@@ -79,44 +86,67 @@ def inspect_input(
     the job copies into its output: each must exist too. With `partition_columns`,
     every file must have the same hive partition keys, none of them also a column.
     Raises InputError naming the file and the problem. An empty file (0 rows) is
-    valid: it yields no shards.
+    valid: it yields no shards. With `summarize_ids`, the "id_column" role's column
+    is read too (that column only; a small file's from the footer's fetch) and
+    counted into `InputInfo.ids`.
     """
     listed = list_inputs(input, storage_options)
-    footers = _read_footers([entry.url for entry in listed], storage_options)
-    schema = _arrow_schema(listed[0].url, footers[0])
+    id_column = columns.get("id_column") if summarize_ids else None
+    read = _read_footers([entry.url for entry in listed], storage_options, id_column)
+    footers = [footer for footer, _ in read]
+    schema = _arrow_schema(listed[0].url, footers[0].metadata)
     work_column = next((columns[role] for role in WORK_ROLES if columns.get(role)), None)
-    unit = work_unit(schema.field(work_column).type) if work_column in schema.names else TOKENS
+    # The text role's column is read as text whatever its Parquet type (storage.text).
+    is_text = work_column is not None and work_column == columns.get(TEXT_ROLE)
+    unit = work_unit(schema.field(work_column).type) if work_column in schema.names and not is_text else TOKENS
     files = []
-    for entry, metadata in zip(listed, footers):
+    for entry, footer in zip(listed, footers):
+        metadata, num_bytes = footer.metadata, footer.num_bytes
         file_schema = _arrow_schema(entry.url, metadata)
         _check_columns(entry.url, file_schema, columns, carry_columns)
         _check_same_schema(entry.url, listed[0].url, schema, file_schema)
-        files.append(_input_file(entry, metadata, work_column, unit))
+        files.append(_input_file(entry, metadata, num_bytes, work_column, unit))
     keys = _check_partitions(listed, schema) if partition_columns else ()
+    ids = _summarize(schema.field(id_column).type, [ids for _, ids in read]) if id_column else None
     return InputInfo(files=tuple(files), schema=schema, num_rows=sum(f.num_rows for f in files),
-                     work_unit=unit, partition_keys=keys)
+                     work_unit=unit, partition_keys=keys, ids=ids)
 
 
-def _read_footers(urls: list[str], storage_options: dict | None) -> list[pq.FileMetaData]:
-    """Footers in `urls` order, fetched concurrently: on S3 each costs a round trip or two.
+def _summarize(id_type: pa.DataType, ids_per_file: list[pa.ChunkedArray | None]) -> IdSummary:
+    return summarize_ids(pa.chunked_array([chunk for ids in ids_per_file if ids is not None for chunk in ids.chunks],
+                                          type=id_type))
+
+
+def _read_footers(urls: list[str], storage_options: dict | None,
+                  id_column: str | None) -> list[tuple[Footer, pa.ChunkedArray | None]]:
+    """Footers (and id columns) in `urls` order, fetched concurrently: on S3 each costs a round trip or two.
 
     The first unreadable file in `urls` order raises; footers not yet fetched are dropped.
     """
     pool = ThreadPoolExecutor(max_workers=MAX_CONCURRENT_FOOTER_READS)
     try:
-        return list(pool.map(lambda url: _read_footer(url, storage_options), urls))
+        return list(pool.map(lambda url: _read_footer(url, storage_options, id_column), urls))
     finally:
         pool.shutdown(cancel_futures=True)
 
 
-def _read_footer(url: str, storage_options: dict | None) -> pq.FileMetaData:
+def _read_footer(url: str, storage_options: dict | None,
+                 id_column: str | None) -> tuple[Footer, pa.ChunkedArray | None]:
     fs, path = resolve(url, storage_options)
     try:
-        with open_for_read(fs, path) as source, pq.ParquetFile(source) as parquet_file:
-            return parquet_file.metadata
+        footer = read_footer(fs, path, url)
+        ids = _read_ids(fs, path, footer, id_column) if id_column and footer.metadata.num_rows else None
+        return dataclasses.replace(footer, whole_file=None), ids   # a small file's bytes are not kept
     except (pa.ArrowException, OSError) as error:
         raise InputError(f"{redact(url)}: not a Parquet file, or its footer is corrupt "
                          f"({describe(error, storage_options)})") from error
+
+
+def _read_ids(fs, path: str, footer: Footer, id_column: str) -> pa.ChunkedArray | None:
+    with open_parquet(fs, path, footer) as parquet_file:
+        if parquet_file.schema_arrow.get_field_index(id_column) < 0:
+            return None   # _check_columns names the file
+        return parquet_file.read(columns=[id_column], use_threads=False).column(0)
 
 
 def _arrow_schema(url: str, metadata: pq.FileMetaData) -> pa.Schema:
@@ -126,7 +156,8 @@ def _arrow_schema(url: str, metadata: pq.FileMetaData) -> pa.Schema:
         raise InputError(f"{redact(url)}: its Parquet schema has no Arrow equivalent ({error})") from error
 
 
-def _input_file(entry: ListedFile, metadata: pq.FileMetaData, work_column: str | None, unit: str) -> InputFile:
+def _input_file(entry: ListedFile, metadata: pq.FileMetaData, num_bytes: int, work_column: str | None,
+                unit: str) -> InputFile:
     row_groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
     work: tuple[int, ...] = ()
     if work_column is not None:
@@ -137,7 +168,7 @@ def _input_file(entry: ListedFile, metadata: pq.FileMetaData, work_column: str |
             work = tuple(estimate_work(unit, group.column(index).total_uncompressed_size) for group in row_groups)
     return InputFile(url=entry.url, num_rows=metadata.num_rows, num_row_groups=metadata.num_row_groups,
                      row_group_rows=tuple(group.num_rows for group in row_groups), row_group_work=work,
-                     partition=entry.partition)
+                     partition=entry.partition, num_bytes=num_bytes)
 
 
 def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_columns: Sequence[str]) -> None:
@@ -148,13 +179,9 @@ def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_c
             raise InputError(f"{redact(url)}: column {name!r} ({what}) is not in the file; "
                              f"its columns are: {', '.join(schema.names)}")
     text_column = columns.get(TEXT_ROLE)
-    if text_column is not None and not _is_string(schema.field(text_column).type):
+    if text_column is not None and not is_text_type(schema.field(text_column).type):
         raise InputError(f"{redact(url)}: column {text_column!r} (the {TEXT_ROLE}) has type "
-                         f"{schema.field(text_column).type}; it must be string or large_string")
-
-
-def _is_string(column_type: pa.DataType) -> bool:
-    return pa.types.is_string(column_type) or pa.types.is_large_string(column_type)
+                         f"{schema.field(text_column).type}; it must hold text: {TEXT_TYPES}")
 
 
 def _check_partitions(listed: list[ListedFile], schema: pa.Schema) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from storage.errors import OutputError
 from storage.errors_file import ErrorsFileInfo, read_errors_file, read_listed_file
 from storage.fs import join, redact, resolve
+from storage.stage import remove_staging
 from storage.write import PartInfo, write_bytes_atomic
 
 MANIFEST_NAME = "_manifest.json"
@@ -104,10 +105,12 @@ def decode_schema(text: str) -> pa.Schema:
 
 
 def commit_output(output: str, manifest: Manifest, storage_options: dict | None = None) -> None:
-    """Check every listed part (and errors file) is there, write _manifest.json atomically, then _SUCCESS last."""
+    """Check every listed part (and errors file) is there, write _manifest.json atomically, then _SUCCESS last;
+    then remove the job's staged input (storage.stage)."""
     _check_parts_present(output, manifest, storage_options)
     write_bytes_atomic(output, MANIFEST_NAME, manifest.to_json().encode("utf-8"), storage_options)
     write_bytes_atomic(output, SUCCESS_NAME, b"", storage_options)
+    remove_staging(output, manifest.job_id, storage_options)   # nothing can read it again
 
 
 def write_partial_manifest(output: str, manifest: Manifest, storage_options: dict | None = None) -> None:

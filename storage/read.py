@@ -1,15 +1,32 @@
-"""Stream the rows of one shard, a bounded batch at a time."""
+"""Stream the rows of one shard, piece by piece, a bounded batch at a time.
+
+Each piece is read the cheapest way its file allows:
+  - a staged piece (storage.stage) or a small remote file (<= WHOLE_FILE_BYTES):
+    the whole object in one GET, fetched up to MAX_CONCURRENT_FETCHES pieces ahead,
+    so a shard packed from a thousand tiny files is not a thousand round trips in a row;
+  - any other file: its footer as one small tail read (storage.footer), then only
+    the piece's row groups' projected column chunks, one ranged GET each.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import InputError
-from storage.fs import describe, open_for_read, redact, resolve
-from storage.plan import ShardPlan
+from storage.footer import open_parquet, read_footer
+from storage.fs import describe, is_local, redact, resolve
+from storage.plan import ShardPiece, ShardPlan
+
+log = logging.getLogger("barge.storage")
+
+WHOLE_FILE_BYTES = 64 * 1024  # pyarrow fetches a file's last 64 KiB for its footer anyway
+MAX_CONCURRENT_FETCHES = 16
 
 
 def read_shard(
@@ -20,54 +37,133 @@ def read_shard(
     storage_options: dict | None = None,
     partition_columns: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield exactly the shard's rows, only `columns` (in that order), <= batch_size rows a batch.
+    """Yield exactly the shard's rows, piece after piece, only `columns` (in that order), <= batch_size rows a batch.
 
-    Only the shard's row groups are read, and of them only `columns`' chunks: the
+    Only the pieces' row groups are read, and of them only `columns`' chunks: the
     input, id and carried-through columns cost bytes, the others none. Memory is
-    bounded by one row group's projected column chunks plus one batch. With
-    `partition_columns`, the shard's hive partition values follow as constant
-    string columns, one per key in `shard.partition` order. Raises InputError when
-    the file no longer matches the plan (it changed since planning) or lacks a column.
-
-    NOTE: a row group the plan split across shards is fetched whole by each of them
-    (Parquet reads column chunks, not row ranges): inputs whose row groups are no
-    bigger than a shard are read once, byte for byte.
+    bounded by one row group's projected column chunks plus the whole-file fetches
+    in flight plus one batch. With `partition_columns`, each piece's hive partition
+    values follow as constant string columns, one per key in `piece.partition`
+    order. Raises InputError when a file no longer matches the plan (it changed
+    since planning, or its footer promises rows it does not hold) or lacks a column.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    fs, path = resolve(shard.url, storage_options)
+    for piece, fetched in zip(shard.pieces, _fetched(shard.pieces, storage_options)):
+        for batch in _read_piece(piece, fetched, columns, batch_size, storage_options):
+            yield _with_partition(batch, piece.partition) if partition_columns else batch
+
+
+def _read_piece(piece: ShardPiece, fetched: tuple[str, bytes | str] | None, columns: list[str],
+                batch_size: int, storage_options: dict | None) -> Iterator[pa.RecordBatch]:
+    url = fetched[0] if fetched else piece.url
     try:
-        with open_for_read(fs, path) as source, pq.ParquetFile(source) as parquet_file:
-            skip = _rows_to_skip(shard, parquet_file.metadata)
-            _check_columns(shard, parquet_file.schema_arrow, columns)
-            batches = parquet_file.iter_batches(batch_size=batch_size, row_groups=list(shard.row_groups),
-                                                columns=columns, use_threads=False)
-            for batch in _row_range(batches, skip, shard.num_rows, columns):
-                yield _with_partition(batch, shard.partition) if partition_columns else batch
+        if fetched is None:
+            yield from _read_in_place(piece, columns, batch_size, storage_options)
+            return
+        source = pa.BufferReader(fetched[1]) if isinstance(fetched[1], bytes) else fetched[1]
+        if url == piece.staged_url:
+            yield from _read_staged(piece, source, columns, batch_size)
+        else:
+            yield from _read_rows(piece, pq.ParquetFile(source), columns, batch_size)
     except (pa.ArrowException, OSError) as error:
-        raise InputError(f"{redact(shard.url)}: cannot read shard {shard.shard_index} "
+        raise InputError(f"{redact(url)}: cannot read rows {piece.row_start}..{piece.row_start + piece.num_rows} "
                          f"({describe(error, storage_options)})") from error
 
 
-def _rows_to_skip(shard: ShardPlan, metadata: pq.FileMetaData) -> int:
-    """Rows between the start of the shard's first row group and the shard's first row."""
-    first, last = shard.row_groups[0], shard.row_groups[-1]
+def _read_in_place(piece: ShardPiece, columns: list[str], batch_size: int,
+                   storage_options: dict | None) -> Iterator[pa.RecordBatch]:
+    fs, path = resolve(piece.url, storage_options)
+    with open_parquet(fs, path, read_footer(fs, path, piece.url, piece.file_bytes)) as parquet_file:
+        yield from _read_rows(piece, parquet_file, columns, batch_size)
+
+
+def _read_rows(piece: ShardPiece, parquet_file: pq.ParquetFile, columns: list[str],
+               batch_size: int) -> Iterator[pa.RecordBatch]:
+    skip = _rows_to_skip(piece, parquet_file.metadata)
+    _check_columns(piece.url, parquet_file.schema_arrow, columns)
+    batches = parquet_file.iter_batches(batch_size=batch_size, row_groups=list(piece.row_groups),
+                                        columns=columns, use_threads=False)
+    yield from _counted(piece, _row_range(batches, skip, piece.num_rows, columns))
+
+
+def _read_staged(piece: ShardPiece, source, columns: list[str], batch_size: int) -> Iterator[pa.RecordBatch]:
+    """A staged file holds exactly the piece's rows."""
+    with pq.ParquetFile(source) as parquet_file:
+        _check_columns(piece.staged_url, parquet_file.schema_arrow, columns)
+        batches = parquet_file.iter_batches(batch_size=batch_size, columns=columns, use_threads=False)
+        yield from _counted(piece, (batch.select(columns) for batch in batches))
+
+
+def _counted(piece: ShardPiece, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`batches`, checked to hold the piece's rows: a footer that promises rows the data lacks is named."""
+    num_rows = 0
+    for batch in batches:
+        num_rows += batch.num_rows
+        yield batch
+    if num_rows != piece.num_rows:
+        raise InputError(f"{redact(piece.url)}: rows {piece.row_start}..{piece.row_start + piece.num_rows} "
+                         f"gave {num_rows} rows; its footer lies, or the file changed since planning")
+
+
+def _fetched(pieces: tuple[ShardPiece, ...],
+             storage_options: dict | None) -> Iterator[tuple[str, bytes | str] | None]:
+    """_fetch_whole of each piece, in order, fetched up to MAX_CONCURRENT_FETCHES pieces ahead."""
+    pool = ThreadPoolExecutor(max_workers=MAX_CONCURRENT_FETCHES)
+    try:
+        upcoming = iter(pieces)
+        futures = deque(pool.submit(_fetch_whole, piece, storage_options)
+                        for _, piece in zip(range(MAX_CONCURRENT_FETCHES), upcoming))
+        while futures:
+            result = futures.popleft().result()
+            following = next(upcoming, None)
+            if following is not None:
+                futures.append(pool.submit(_fetch_whole, following, storage_options))
+            yield result
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _fetch_whole(piece: ShardPiece, storage_options: dict | None) -> tuple[str, bytes | str] | None:
+    """(url, bytes) of the piece's staged file, or of its small remote input file, in one GET
+    ((url, path) for a local staged file); None: read the piece in place."""
+    if piece.staged_url is not None:
+        fs, path = resolve(piece.staged_url, storage_options)
+        if is_local(fs):
+            return (piece.staged_url, path) if fs.exists(path) else None
+        try:
+            return piece.staged_url, fs.cat_file(path)
+        except FileNotFoundError:   # removed (the job was committed, then retried): the input still has the rows
+            log.warning("%s: staged copy gone, reading the rows from the input", redact(piece.staged_url))
+            return None
+    fs, path = resolve(piece.url, storage_options)
+    if is_local(fs) or not 0 < piece.file_bytes <= WHOLE_FILE_BYTES:
+        return None
+    try:
+        return piece.url, fs.cat_file(path)
+    except OSError as error:
+        raise InputError(f"{redact(piece.url)}: cannot read the file ({describe(error, storage_options)})") from error
+
+
+def _rows_to_skip(piece: ShardPiece, metadata: pq.FileMetaData) -> int:
+    """Rows between the start of the piece's first row group and the piece's first row."""
+    first, last = piece.row_groups[0], piece.row_groups[-1]
     if last >= metadata.num_row_groups:
-        raise InputError(f"{redact(shard.url)}: has {metadata.num_row_groups} row groups, "
+        raise InputError(f"{redact(piece.url)}: has {metadata.num_row_groups} row groups, "
                          f"the plan needs row group {last}; the file changed since planning")
     row_group_start = sum(metadata.row_group(i).num_rows for i in range(first))
-    num_rows_in_groups = sum(metadata.row_group(i).num_rows for i in shard.row_groups)
-    skip = shard.row_start - row_group_start
-    if skip < 0 or skip + shard.num_rows > num_rows_in_groups:
-        raise InputError(f"{redact(shard.url)}: rows {shard.row_start}..{shard.row_start + shard.num_rows} "
-                         f"are not in row groups {list(shard.row_groups)}; the file changed since planning")
+    num_rows_in_groups = sum(metadata.row_group(i).num_rows for i in piece.row_groups)
+    skip = piece.row_start - row_group_start
+    if skip < 0 or skip + piece.num_rows > num_rows_in_groups:
+        raise InputError(f"{redact(piece.url)}: rows {piece.row_start}..{piece.row_start + piece.num_rows} "
+                         f"are not in row groups {list(piece.row_groups)}; the file changed since planning")
     return skip
 
 
-def _check_columns(shard: ShardPlan, schema: pa.Schema, columns: list[str]) -> None:
+def _check_columns(url: str, schema: pa.Schema, columns: list[str]) -> None:
     missing = [name for name in columns if schema.get_field_index(name) < 0]
     if missing:
-        raise InputError(f"{redact(shard.url)}: columns {missing} are not in the file; "
+        raise InputError(f"{redact(url)}: columns {missing} are not in the file; "
                          f"its columns are: {', '.join(schema.names)}")
 
 

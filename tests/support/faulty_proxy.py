@@ -9,7 +9,8 @@
 
 Everything else is forwarded unchanged (Host and signatures included), one upstream
 connection per request. `proxy.log` records every request and what was done to it,
-so a test can show that the faults it asked for really happened.
+so a test can show that the faults it asked for really happened, and `proxy.bytes_served`
+counts the body bytes of the answers to GETs, per object: what the store served.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class FaultyProxy:
         self.upstream = (upstream.hostname, upstream.port)
         self.rules: list[FaultRule] = []
         self.log: list[Request] = []
+        self.served: dict[str, int] = {}  # request path (/bucket/key) -> body bytes of GET answers
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -89,11 +91,21 @@ class FaultyProxy:
         with self._lock:
             self.rules.clear()
             self.log.clear()
+            self.served.clear()
 
     def faults(self, fault: Fault | None = None) -> list[Request]:
         """The requests that were faulted (of one kind, or any)."""
         with self._lock:
             return [r for r in self.log if r.fault is not None and (fault is None or r.fault == fault)]
+
+    def bytes_served(self, path_prefix: str = "/") -> int:
+        """Body bytes of the GET answers for objects whose path starts with `path_prefix`."""
+        with self._lock:
+            return sum(num_bytes for path, num_bytes in self.served.items() if path.startswith(path_prefix))
+
+    def add_served(self, path: str, num_bytes: int) -> None:
+        with self._lock:
+            self.served[path] = self.served.get(path, 0) + num_bytes
 
     def requests(self, method: str | None = None, query: str | None = None) -> list[Request]:
         with self._lock:
@@ -177,6 +189,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
+            if self.command == "GET":
+                self.proxy.add_served(self.path.partition("?")[0], len(data))
         finally:
             upstream.close()
 

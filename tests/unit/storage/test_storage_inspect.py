@@ -89,10 +89,21 @@ def test_missing_column_in_a_later_file_names_that_file(tmp_path, make_table, wr
 
 
 def test_wrong_text_column_type_names_column_type_and_file(tmp_path, write_parquet, columns):
-    table = pa.table({"doc_id": [1, 2], "text": pa.array([b"a", b"b"], pa.binary())})
-    path = write_parquet(tmp_path / "bin.parquet", table)
-    with pytest.raises(InputError, match=r"bin\.parquet: column 'text' \(the input_column\) has type binary"):
+    table = pa.table({"doc_id": [1, 2], "text": pa.array([1.5, 2.5], pa.float64())})
+    path = write_parquet(tmp_path / "num.parquet", table)
+    with pytest.raises(InputError, match=r"num\.parquet: column 'text' \(the input_column\) has type double"):
         inspect_input(path, columns=columns)
+
+
+@pytest.mark.parametrize("text", [
+    pa.array(["a", "b"], pa.string_view()),                          # newer Arrow, Polars
+    pa.array(["a", "b"]).dictionary_encode(),                         # pandas' category dtype
+    pa.array([b"a", b"b"], pa.binary()),                              # text stored as bytes
+])
+def test_text_as_real_files_hold_it_is_accepted_and_counted_in_tokens(tmp_path, write_parquet, columns, text):
+    path = write_parquet(tmp_path / "a.parquet", pa.table({"doc_id": [1, 2], "text": text}))
+    info = inspect_input(path, columns=columns)
+    assert info.num_rows == 2 and info.work_unit == "tokens"
 
 
 def test_large_string_text_column_is_accepted(tmp_path, write_parquet, columns):

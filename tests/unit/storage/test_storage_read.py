@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from storage import InputError, ShardPlan, inspect_input, plan_shards, read_shard
+from storage.plan import ShardPiece
 
 
 @pytest.mark.parametrize("num_rows, row_group_size, max_rows, batch_size", [
@@ -34,7 +35,7 @@ def test_each_shard_reads_its_planned_rows(tmp_path, make_table, write_parquet, 
     path = write_parquet(tmp_path / "a.parquet", make_table(50), row_group_size=20)
     for shard in plan_shards(inspect_input(path, columns=columns), max_rows_per_shard=15):
         ids = pa.Table.from_batches(list(read_shard(shard, ["doc_id"], batch_size=4))).column("doc_id").to_pylist()
-        assert ids == list(range(shard.row_start, shard.row_start + shard.num_rows))
+        assert ids == [piece.row_start + i for piece in shard.pieces for i in range(piece.num_rows)]
 
 
 def test_only_projected_columns_in_the_order_asked(tmp_path, make_table, write_parquet, columns):
@@ -59,7 +60,8 @@ def test_file_changed_since_planning_is_an_error(tmp_path, make_table, write_par
     write_parquet(path, make_table(15), row_group_size=10)
     with pytest.raises(InputError, match="changed since planning"):
         list(read_shard(shards[2], ["doc_id"]))
-    stale = ShardPlan(shard_index=0, file_index=0, url=path, row_groups=(1,), row_start=10, num_rows=10)
+    stale = ShardPlan(shard_index=0, pieces=(ShardPiece(file_index=0, url=path, row_groups=(1,), row_start=10,
+                                                        num_rows=10),))
     with pytest.raises(InputError, match="changed since planning"):
         list(read_shard(stale, ["doc_id"]))
 

@@ -28,27 +28,29 @@ def test_estimates_by_unit():
         estimate_work("pages", 1)
 
 
-# Each case: (rows, work) per row group of one file, max rows, max work -> (row_groups, row_start, num_rows, work).
+# Each case: (rows, work) per row group of one file, max rows, max work -> each shard's pieces,
+# (row_groups, row_start, num_rows, work).
 CASES = {
     "work closes a shard before rows do": (
         ((10, 10, 10, 10), (50, 50, 50, 50)), 100, 100,
-        [((0, 1), 0, 20, 100), ((2, 3), 20, 20, 100)],
+        [[((0, 1), 0, 20, 100)], [((2, 3), 20, 20, 100)]],
     ),
     "rows close a shard before work does": (
         ((10, 10, 10), (1, 1, 1)), 20, 100,
-        [((0, 1), 0, 20, 2), ((2,), 20, 10, 1)],
+        [[((0, 1), 0, 20, 2)], [((2,), 20, 10, 1)]],
     ),
-    "a heavy row group is split by work into near-equal row ranges": (
+    "a heavy row group is split by work into near-equal row ranges, packed with light ones": (
         ((2, 10, 2), (5, 300, 5)), 100, 100,
-        [((0,), 0, 2, 5), ((1,), 2, 3, 90), ((1,), 5, 3, 90), ((1,), 8, 2, 60), ((1,), 10, 2, 60), ((2,), 12, 2, 5)],
+        [[((0,), 0, 2, 5), ((1,), 2, 3, 90)], [((1,), 5, 3, 90)], [((1,), 8, 2, 60)],
+         [((1,), 10, 2, 60), ((2,), 12, 2, 5)]],
     ),
     "a single row over the work limit is a shard of its own": (
         ((2,), (1000,)), 100, 10,
-        [((0,), 0, 1, 500), ((0,), 1, 1, 500)],
+        [[((0,), 0, 1, 500)], [((0,), 1, 1, 500)]],
     ),
     "no work limit: rows only": (
         ((10, 10), (10**9, 10**9)), 20, None,
-        [((0, 1), 0, 20, 2 * 10**9)],
+        [[((0, 1), 0, 20, 2 * 10**9)]],
     ),
 }
 
@@ -56,7 +58,7 @@ CASES = {
 @pytest.mark.parametrize("groups, max_rows, max_work, expected", CASES.values(), ids=CASES.keys())
 def test_plan_by_rows_and_work(groups, max_rows, max_work, expected):
     shards = plan_shards(info_of(groups), max_rows_per_shard=max_rows, max_work_per_shard=max_work)
-    assert [(s.row_groups, s.row_start, s.num_rows, s.work) for s in shards] == expected
+    assert [[(p.row_groups, p.row_start, p.num_rows, p.work) for p in s.pieces] for s in shards] == expected
 
 
 def test_every_row_and_all_work_land_in_exactly_one_shard():
@@ -64,13 +66,13 @@ def test_every_row_and_all_work_land_in_exactly_one_shard():
     work = (90_000, 7, 1_000, 5_000, 0, 2048)
     info = info_of((rows, work), (rows[::-1], work[::-1]))
     shards = plan_shards(info, max_rows_per_shard=512, max_work_per_shard=4096)
+    assert all(s.num_rows <= 512 and (s.work <= 4096 or s.num_rows == 1) for s in shards)
     for file_index, input_file in enumerate(info.files):
-        own = [s for s in shards if s.file_index == file_index]
-        assert sum(s.num_rows for s in own) == input_file.num_rows
-        assert sum(s.work for s in own) == sum(input_file.row_group_work)
+        own = [p for s in shards for p in s.pieces if p.file_index == file_index]
+        assert sum(p.num_rows for p in own) == input_file.num_rows
+        assert sum(p.work for p in own) == sum(input_file.row_group_work)
         for before, after in zip(own, own[1:]):
             assert after.row_start == before.row_start + before.num_rows
-        assert all(s.num_rows <= 512 and (s.work <= 4096 or s.num_rows == 1) for s in own)
 
 
 def test_footers_without_estimates_plan_by_rows_only():

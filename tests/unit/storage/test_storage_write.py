@@ -9,11 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from storage import OutputError, ShardPlan, check_writable, part_name, write_part
+from storage.plan import ShardPiece
 
 
 def test_part_name_is_deterministic():
-    shard = ShardPlan(shard_index=12, file_index=3, url="x", row_groups=(0,), row_start=0, num_rows=1)
-    assert part_name(shard) == "part-00003-00012.parquet"
+    # A shard's part is named by its index (and its first input file): one part per shard, packed or not.
+    pieces = tuple(ShardPiece(file_index=f, url=f"x{f}", row_groups=(0,), row_start=0, num_rows=1) for f in (3, 4))
+    assert part_name(ShardPlan(shard_index=12, pieces=pieces)) == "part-00003-00012.parquet"
 
 
 def test_write_part_leaves_only_the_part(tmp_path, make_table):

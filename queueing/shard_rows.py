@@ -1,0 +1,82 @@
+"""A shard's rows as the worker needs them: ids, input values, carried columns, and the
+rows that cannot be computed.
+
+A row whose id is null, or whose text is binary that is not UTF-8, is an error row:
+its input goes to the engine as null (so it costs nothing and gets a null result) and
+its `error` names what is wrong and where the row is in the input, since its id
+cannot say which row it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from jobs.records import JobRecord
+from jobs.validate import read_columns
+from storage.fs import redact
+from storage.plan import ShardPlan
+from storage.read import read_shard
+from storage.text import text_values
+
+
+@dataclass
+class ShardRows:
+    ids: pa.Array  # every row's id (the job's id column, or the row's position in the input)
+    inputs: list  # every row's input value; None for the error rows
+    carried: dict  # output column name -> values copied from the input
+    errors: dict[int, str]  # row in the shard -> why it cannot be computed
+
+
+def read_rows(job: JobRecord, shard: ShardPlan) -> ShardRows:
+    """The shard's ids, input values, and the columns carried into the output (carried
+    columns, then partition keys)."""
+    spec = job.spec
+    table = pa.Table.from_batches(list(read_shard(shard, read_columns(spec), partition_columns=spec.partition_columns)))
+    column = table.column(spec.input_column)
+    # Audio comes as bytes or paths: only text is decoded.
+    inputs, errors = (column.to_pylist(), {}) if spec.mode == "transcribe" else text_values(column)
+    if spec.id_column:
+        ids = table.column(spec.id_column).combine_chunks()
+        for row in _null_rows(ids):
+            errors[row] = f"the id is null; the row is {row_origin(shard, row)}"
+    else:
+        ids = input_positions(shard)
+    for row in errors:
+        inputs[row] = None
+    carried_names = list(spec.carry_columns) + (list(shard.pieces[0].partition) if spec.partition_columns else [])
+    return ShardRows(ids, inputs, {name: table.column(name) for name in carried_names}, errors)
+
+
+def input_positions(shard: ShardPlan) -> pa.Array:
+    """Each row's position in the whole input (files in listing order)."""
+    return pa.array([piece.global_row_start + offset for piece in shard.pieces for offset in range(piece.num_rows)],
+                    type=pa.int64())
+
+
+def row_origin(shard: ShardPlan, row: int) -> str:
+    """Where the shard's `row` is in the input, in words."""
+    for piece in shard.pieces:
+        if row < piece.num_rows:
+            return (f"input row {piece.global_row_start + row} "
+                    f"(row {piece.row_start + row} of {redact(piece.url)})")
+        row -= piece.num_rows
+    raise IndexError(f"shard {shard.shard_index} has {shard.num_rows} rows, not {row}")
+
+
+def with_row_errors(table: pa.Table, errors: dict[int, str]) -> pa.Table:
+    """`table` (one row per shard row) with those rows' `error` set."""
+    if not errors:
+        return table
+    values = table.column("error").to_pylist()
+    for row, error in errors.items():
+        values[row] = error
+    index = table.schema.get_field_index("error")
+    return table.set_column(index, "error", pa.array(values, type=pa.string()))
+
+
+def _null_rows(ids: pa.Array) -> list[int]:
+    if not ids.null_count:
+        return []
+    return [row for row, is_null in enumerate(ids.is_null().to_pylist()) if is_null]

@@ -1,0 +1,103 @@
+"""A Parquet file's footer, fetched with the fewest bytes, and checked against the file.
+
+NOTE: pyarrow opening a remote file reads its last 64 KiB to find the footer: for a
+small file that is the whole file, fetched again when the column chunks are read,
+and for every file it is more than the footer (a few KiB). Here the footer is
+fetched as a tail of FOOTER_GUESS_BYTES (one ranged GET; a second only for a
+larger footer) and handed to pyarrow as `metadata=`, so readers fetch the footer
+and then only the column chunks they need.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from contextlib import contextmanager
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.errors import InputError
+from storage.fs import is_local, redact
+
+FOOTER_GUESS_BYTES = 8 * 1024
+_TRAILER_BYTES = 8  # footer length (4 bytes, little-endian) then b"PAR1"
+_MIN_FILE_BYTES = 12  # b"PAR1", then the trailer: a file without even an empty footer
+
+
+@dataclass(frozen=True)
+class Footer:
+    metadata: pq.FileMetaData
+    num_bytes: int  # the file's size
+    whole_file: bytes | None = None  # the file's bytes when the footer's fetch took all of it
+
+
+def read_footer(fs: fsspec.AbstractFileSystem, path: str, url: str, num_bytes: int = 0) -> Footer:
+    """The footer of the Parquet file at `path`; `num_bytes` saves asking the size when known.
+
+    Raises InputError naming `url` when the file is not Parquet or its footer lies
+    (row counts that do not add up, column chunks past the end of the data).
+    """
+    if is_local(fs):
+        footer = Footer(pq.read_metadata(path), os.path.getsize(path))
+    else:
+        num_bytes = num_bytes or fs.size(path)
+        tail = _fetch_footer(fs, path, url, num_bytes)
+        metadata = pq.read_metadata(pa.BufferReader(tail))
+        footer = Footer(metadata, num_bytes, tail if len(tail) == num_bytes else None)
+    check_footer(url, footer.metadata, footer.num_bytes)
+    return footer
+
+
+@contextmanager
+def open_parquet(fs: fsspec.AbstractFileSystem, path: str, footer: Footer) -> Iterator[pq.ParquetFile]:
+    """The file for reading column chunks: from the bytes in hand, or by ranged reads."""
+    if footer.whole_file is not None:
+        with pq.ParquetFile(pa.BufferReader(footer.whole_file), metadata=footer.metadata) as parquet_file:
+            yield parquet_file
+        return
+    if is_local(fs):
+        with pq.ParquetFile(path, metadata=footer.metadata) as parquet_file:
+            yield parquet_file
+        return
+    # Uncached, as storage.fs.open_for_read explains; the known size spares a request for it.
+    with fs.open(path, "rb", cache_type="none", size=footer.num_bytes) as source, \
+            pq.ParquetFile(source, metadata=footer.metadata) as parquet_file:
+        yield parquet_file
+
+
+def _fetch_footer(fs: fsspec.AbstractFileSystem, path: str, url: str, num_bytes: int) -> bytes:
+    if num_bytes < _MIN_FILE_BYTES:
+        raise InputError(f"{redact(url)}: {num_bytes} bytes is too short for a Parquet file")
+    """The file's last bytes, footer and trailer included (all of a file up to FOOTER_GUESS_BYTES)."""
+    tail = fs.cat_file(path, start=max(0, num_bytes - FOOTER_GUESS_BYTES), end=num_bytes)
+    if tail[-4:] != b"PAR1":
+        raise InputError(f"{redact(url)}: not a Parquet file (it does not end with the Parquet magic bytes)")
+    footer_bytes = struct.unpack("<I", tail[-_TRAILER_BYTES:-4])[0] + _TRAILER_BYTES
+    if footer_bytes > num_bytes:
+        raise InputError(f"{redact(url)}: its footer claims {footer_bytes} bytes in a {num_bytes}-byte file")
+    if footer_bytes > len(tail):
+        tail = fs.cat_file(path, start=num_bytes - footer_bytes, end=num_bytes - len(tail)) + tail
+    return tail
+
+
+def check_footer(url: str, metadata: pq.FileMetaData, num_bytes: int) -> None:
+    """A footer whose row counts disagree, or whose column chunks lie past the data, names its file."""
+    data_end = num_bytes - metadata.serialized_size - _TRAILER_BYTES
+    rows_in_groups = 0
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        rows_in_groups += group.num_rows
+        for column in range(group.num_columns):
+            chunk = group.column(column)
+            start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            if start is not None and start + chunk.total_compressed_size > data_end:
+                raise InputError(f"{redact(url)}: its footer lies: row group {index} column {chunk.path_in_schema!r} "
+                                 f"ends at byte {start + chunk.total_compressed_size}, past the data's "
+                                 f"{data_end} bytes")
+    if rows_in_groups != metadata.num_rows:
+        raise InputError(f"{redact(url)}: its footer lies: {metadata.num_rows} rows, but its row groups "
+                         f"hold {rows_in_groups}")

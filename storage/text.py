@@ -1,0 +1,47 @@
+"""Text columns as real files hold them: plain, large, view and dictionary-encoded
+strings, and UTF-8 in binary columns, all read as Python strings.
+
+pandas writes a `category` column dictionary-encoded; newer Arrow and Polars write
+`string_view`; some writers store text as `binary`. A binary value that is not
+UTF-8 is that row's error, never the shard's.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TEXT_TYPES = "string, large_string, string_view, binary holding UTF-8, or a dictionary of those"
+
+
+def is_text_type(column_type: pa.DataType) -> bool:
+    if pa.types.is_dictionary(column_type):
+        return is_text_type(column_type.value_type)
+    return _is_string(column_type) or _is_binary(column_type)
+
+
+def text_values(column: pa.Array | pa.ChunkedArray) -> tuple[list[str | None], dict[int, str]]:
+    """The column's values as strings (None for nulls), and row -> error for binary values
+    that are not UTF-8 (their value becomes None)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    if not _is_binary(column.type):
+        return column.to_pylist(), {}
+    values: list[str | None] = []
+    errors: dict[int, str] = {}
+    for row, raw in enumerate(column.to_pylist()):
+        try:
+            values.append(None if raw is None else raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            values.append(None)
+            errors[row] = f"input is binary that is not UTF-8 text ({error.reason} at byte {error.start})"
+    return values, errors
+
+
+def _is_string(column_type: pa.DataType) -> bool:
+    return (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)
+            or pa.types.is_string_view(column_type))
+
+
+def _is_binary(column_type: pa.DataType) -> bool:
+    return (pa.types.is_binary(column_type) or pa.types.is_large_binary(column_type)
+            or pa.types.is_binary_view(column_type))
