@@ -3,7 +3,8 @@
     barge submit --mode embed --model minilm --input 'corpus/*.parquet' --output out/
     barge status JOB | wait JOB | cancel JOB | results JOB | report JOB | jobs
     barge worker --model minilm
-    barge webhooks list | show EVENT | replay EVENT | endpoints | enable URL
+    barge webhooks list | show EVENT | replay EVENT | endpoints | enable URL | prune | rotate-secret JOB
+    barge secrets generate-key | rotate-key
     barge schedule add | list | runs | pause | resume | run-now | remove | prune;  barge beat
     barge demo
     barge quantize SRC DST [--scheme fp8|fp8-block] | eval-quant MODEL   (engine/quant/)
@@ -21,6 +22,7 @@ from jobs.spec import JobSpec, JobSpecError
 from jobs.throughput import format_duration, format_rate
 from jobs.quant_commands import add_quant_commands
 from jobs.schedule_cli import add_schedule_commands
+from jobs.secret_admin import add_secret_commands
 from jobs.schedules import ScheduleError
 from jobs.webhook_admin import add_webhook_commands
 from storage.errors import StorageError
@@ -107,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(func=_worker)
 
     add_webhook_commands(commands)
+    add_secret_commands(commands)
     add_schedule_commands(commands)
     add_quant_commands(commands)
 

@@ -21,6 +21,7 @@ from sqlalchemy import delete, insert, select, update
 
 from jobs import tables
 from jobs.schedules import Schedule, due_periods, next_fire_time
+from jobs.secret_box import SecretBox
 
 SUBMIT_LEASE_S = 120.0   # a beat submitting a run holds it this long; then another may take over
 
@@ -48,6 +49,7 @@ def run_job_id(schedule_id: str, period_at: float) -> str:
 
 class ScheduleStore:
     engine: object
+    secrets: SecretBox   # supplied by jobs.store.Store
 
     def add_schedule(self, name: str, cron: str, tz: str, template: dict, catchup: str,
                      retention_s: float | None, now: float | None = None, webhook_secret: str | None = None) -> Schedule:
@@ -57,7 +59,8 @@ class ScheduleStore:
         if self._schedule_row(name) is not None:
             raise ValueError(f"a schedule named {name!r} exists already")
         values = dict(id=uuid.uuid4().hex, name=name, cron=cron, timezone=tz, template=json.dumps(template),
-                      is_enabled=True, catchup=catchup, retention_s=retention_s, webhook_secret=webhook_secret,
+                      is_enabled=True, catchup=catchup, retention_s=retention_s,
+                      webhook_secret=self.secrets.encrypt(webhook_secret),
                       next_run_at=next_fire_time(cron, tz, now), created_at=now, updated_at=now)
         with self.engine.begin() as conn:
             conn.execute(insert(tables.schedules).values(**values))
@@ -72,7 +75,8 @@ class ScheduleStore:
     def schedule_webhook_secret(self, schedule_id: str) -> str | None:
         s = tables.schedules.c
         with self.engine.connect() as conn:
-            return conn.execute(select(s.webhook_secret).where(s.id == schedule_id)).scalar_one_or_none()
+            stored = conn.execute(select(s.webhook_secret).where(s.id == schedule_id)).scalar_one_or_none()
+        return self.secrets.decrypt(stored)
 
     def get_schedule_by_id(self, schedule_id: str) -> Schedule:
         with self.engine.connect() as conn:

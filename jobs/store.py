@@ -25,6 +25,8 @@ from jobs import tables
 from jobs.outbox import Outbox, insert_event, release_held
 from jobs.cache_store import CacheStore
 from jobs.schedule_store import ScheduleStore
+from jobs.secret_box import SecretBox
+from jobs.secret_store import SecretStore
 from jobs.shard_store import ShardClaim, ShardCommitted, ShardEvents, ShardStore  # noqa: F401 (re-exported)
 from jobs.records import JobProgress, JobRecord
 from jobs.spec import JobSpec
@@ -51,9 +53,12 @@ class OutboxEvent:
     body: bytes
 
 
-class Store(ShardStore, CacheStore, ScheduleStore):
-    def __init__(self, url: str):
+class Store(SecretStore, ShardStore, CacheStore, ScheduleStore):
+    def __init__(self, url: str, secrets: SecretBox | None = None):
+        """`secrets`: the key(s) webhook secrets are stored under; by default from
+        BARGE_SECRET_KEY (jobs.secret_box), and SecretKeyError if there is none to be had."""
         self.url = url
+        self.secrets = SecretBox.for_store(url) if secrets is None else secrets
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
             _ensure_sqlite_dir(url)
@@ -71,6 +76,7 @@ class Store(ShardStore, CacheStore, ScheduleStore):
             if not self.is_sqlite:
                 conn.execute(text("SELECT pg_advisory_xact_lock(7262061)"))   # one migrator at a time
             config.attributes["connection"] = conn
+            config.attributes["secret_box"] = self.secrets   # 0011 encrypts secrets stored in plain text
             command.upgrade(config, "head")
 
     @contextmanager
@@ -93,7 +99,7 @@ class Store(ShardStore, CacheStore, ScheduleStore):
         with self.engine.begin() as conn:
             conn.execute(insert(tables.jobs).values(
                 id=job_id, status=int(JobStatus.QUEUED), mode=spec.mode, model_key=model_key,
-                spec=json.dumps(spec.to_dict()), webhook_secret=webhook_secret, expires_at=expires_at,
+                spec=json.dumps(spec.to_dict()), webhook_secret=self.secrets.encrypt(webhook_secret), expires_at=expires_at,
                 rows_total=rows_total, output_schema=output_schema, created_at=now, updated_at=now,
                 cache_namespace=cache_namespace))
         return job_id
@@ -104,27 +110,6 @@ class Store(ShardStore, CacheStore, ScheduleStore):
         if row is None:
             raise KeyError(f"no job {job_id!r}")
         return JobRecord.from_row(row)
-
-    def webhook_secrets(self, job_id: str, now: float | None = None) -> list[str]:
-        """The secrets a delivery is signed with: the current one, and during a rotation
-        the previous one too (receivers still holding it keep verifying)."""
-        now = time.time() if now is None else now
-        job = tables.jobs.c
-        with self.engine.connect() as conn:
-            current, previous, until = conn.execute(select(
-                job.webhook_secret, job.webhook_secret_previous, job.webhook_secret_previous_until)
-                .where(job.id == job_id)).one()
-        return [s for s in (current, previous if until and until > now else None) if s]
-
-    def rotate_webhook_secret(self, job_id: str, new_secret: str, overlap_s: float) -> None:
-        """Make `new_secret` current; the old one signs too for `overlap_s` more seconds."""
-        now = time.time()
-        with self._job_transaction(job_id) as (conn, job):
-            if not job.webhook_secret:
-                raise ValueError(f"job {job_id} has no webhook")
-            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id).values(
-                webhook_secret=new_secret, webhook_secret_previous=job.webhook_secret,
-                webhook_secret_previous_until=now + overlap_s, updated_at=now))
 
     def list_jobs(self, limit: int = 50) -> list[JobRecord]:
         query = select(tables.jobs).order_by(tables.jobs.c.created_at.desc()).limit(limit)

@@ -15,8 +15,8 @@ jobs = Table(
     Column("mode", String(16), nullable=False),
     Column("model_key", String(200), nullable=False),    # routing key (jobs.models.ModelRef.key)
     Column("spec", Text, nullable=False),                # JobSpec as JSON
-    Column("webhook_secret", String(100)),               # never returned by status calls
-    Column("webhook_secret_previous", String(100)),      # during a rotation: also signed with, until...
+    Column("webhook_secret", Text),                      # encrypted (jobs.secret_box); never returned by status calls
+    Column("webhook_secret_previous", Text),             # during a rotation: also signed with, until...
     Column("webhook_secret_previous_until", Float),
     Column("rows_total", Integer, nullable=False),
     Column("output_schema", Text, nullable=False),       # storage.manifest.encode_schema of the parts' schema
@@ -110,7 +110,7 @@ schedules = Table(
     Column("is_enabled", Boolean, nullable=False),
     Column("catchup", String(8), nullable=False),        # skip | latest | all (jobs.schedules.CATCHUP)
     Column("retention_s", Float),                        # None: keep outputs and cache entries
-    Column("webhook_secret", String(100)),               # signs every run's job's webhooks; never listed
+    Column("webhook_secret", Text),                      # encrypted; signs every run's job's webhooks; never listed
     Column("next_run_at", Float, nullable=False),        # cursor: first fire time not yet handled
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
