@@ -19,7 +19,7 @@ from jobs.schedule_store import ScheduleRun
 from jobs.schedules import Schedule
 from jobs.store import Store
 from storage.clear import clear_output
-from storage.fs import resolve
+from storage.fs import redact, resolve
 
 log = logging.getLogger("barge.retention")
 
@@ -33,7 +33,8 @@ class PruneReport:
 
     def lines(self) -> list[str]:
         verb = "would remove" if self.dry_run else "removed"
-        return ([f"{verb} output {url}" for url in self.outputs] + [f"{verb} cache file {url}" for url in self.cache_files]
+        return ([f"{verb} output {redact(url)}" for url in self.outputs]
+                + [f"{verb} cache file {redact(url)}" for url in self.cache_files]
                 + [f"{verb} {len(self.outputs)} outputs, {self.cache_entries} cache entries, "
                    f"{len(self.cache_files)} cache files"])
 
@@ -62,7 +63,7 @@ def _prune_outputs(store: Store, schedule: Schedule, runs: list[ScheduleRun], cu
         if not report.dry_run:
             clear_output(job.spec.output)
             store.mark_run_pruned(run, time.time())
-            log.info("schedule %s: removed output %s of job %s", schedule.name, job.spec.output, job.id)
+            log.info("schedule %s: removed output %s of job %s", schedule.name, redact(job.spec.output), job.id)
 
 
 def _prune_cache(store: Store, schedule_ids: set[str], now: float, report: PruneReport) -> None:

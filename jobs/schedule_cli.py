@@ -17,6 +17,7 @@ import logging
 from datetime import datetime, timezone
 
 from jobs.schedules import CATCHUP, Schedule
+from storage.fs import redact_urls
 
 DAY_S = 86_400.0
 
@@ -118,7 +119,7 @@ def _runs(args) -> int:
     for run in client.schedules.runs(args.name):
         pruned = " (output pruned)" if run.pruned_at else ""
         print(f"{_when(run.period_at, schedule)}  {run.kind:9}  {run.status:9}  job {run.job_id}{pruned}"
-              + (f"  {run.error}" if run.error else ""))
+              + (f"  {redact_urls(run.error)}" if run.error else ""))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from jobs import cli
 from jobs.events import final_event
+from jobs.retention import PruneReport
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from queueing.dispatch import deliver_event
@@ -38,3 +39,11 @@ def test_webhook_commands_and_status_hide_tokens_and_passwords(sqlite_store, mon
     text = "".join(out.out + out.err for out in printed)
     assert f"127.0.0.1:{receiver.port}/hook?***" in text and "s3://***@bucket/out/?***" in text
     assert TOKEN not in text
+
+
+def test_schedule_prune_report_hides_them_too():
+    report = PruneReport(dry_run=True, outputs=[f"s3://key:{TOKEN}@bucket/out/"],
+                         cache_files=[f"https://cache.example/c.parquet?sig={TOKEN}"])
+    lines = "\n".join(report.lines())
+    assert "s3://***@bucket/out/" in lines and "https://cache.example/c.parquet?***" in lines
+    assert TOKEN not in lines
