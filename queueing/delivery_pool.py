@@ -5,17 +5,18 @@ NOTE: concurrency does not weaken the outbox's guarantee. Every attempt still cl
 its event in SQL under a lease before it sends (jobs.outbox.Outbox.claim), so two
 threads, or the dispatchers of two workers, that pick the same due event send it once.
 The limits are per dispatcher, that is per worker process: N workers may have
-N × per_host attempts open to one host.
+N × per_host attempts open to one host. The threads are daemons: a worker that exits
+mid-attempt abandons it, and its claim's lease runs out as if the worker had died.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -81,7 +82,11 @@ class DeliveryPool:
         self.limits = limits
         self.in_flight: dict[str, str] = {}   # event id -> host, while its attempt runs
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(limits.num_threads, thread_name_prefix="barge-webhook")
+        self._started: queue.SimpleQueue[str | None] = queue.SimpleQueue()   # event ids; None: stop
+        self._threads = [threading.Thread(target=self._work, name=f"barge-webhook-{i}", daemon=True)
+                         for i in range(limits.num_threads)]
+        for thread in self._threads:
+            thread.start()
 
     def start_due(self, due: list[DueDelivery]) -> list[str]:
         """Start what `pick_deliveries` allows of `due`; the ids started. The rest stay
@@ -91,17 +96,23 @@ class DeliveryPool:
             for event_id, url in picked:
                 self.in_flight[event_id] = host_of(url)
         for event_id, _url in picked:
-            self._executor.submit(self._attempt, event_id)
+            self._started.put(event_id)
         return [event_id for event_id, _url in picked]
 
     def close(self, wait: bool = False) -> None:
-        self._executor.shutdown(wait=wait, cancel_futures=True)
+        """Stop the threads once the attempts started have ended (`wait`: until then)."""
+        for _thread in self._threads:
+            self._started.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
-    def _attempt(self, event_id: str) -> None:
-        try:
-            self.deliver(event_id)
-        except Exception:   # a database blip: the claim's lease runs out and the event is due again
-            log.exception("webhook %s: delivery attempt failed", event_id)
-        finally:
-            with self._lock:
-                del self.in_flight[event_id]
+    def _work(self) -> None:
+        while (event_id := self._started.get()) is not None:
+            try:
+                self.deliver(event_id)
+            except Exception:   # a database blip: the claim's lease runs out and the event is due again
+                log.exception("webhook %s: delivery attempt failed", event_id)
+            finally:
+                with self._lock:
+                    del self.in_flight[event_id]

@@ -1,6 +1,7 @@
 """Endpoints do not block each other: a worker's Dispatcher thread delivers from a real
 SQLite outbox to real HTTP receivers on 127.0.0.1, several events at once, at most
-`per_host` of them open to one host.
+`per_host` of them open to one host; and a process that exits mid-attempt does not wait
+for it (the attempt's lease covers it, as if the process had died).
 
 Given one receiver that hangs and one that answers, when the dispatcher runs, then the
 answering receiver's events arrive while the hanging one holds its own; once it lets
@@ -10,8 +11,12 @@ and the passes from sending one twice).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +28,8 @@ from jobs.store import Store
 from queueing.dispatch import Dispatcher
 from tests.support.receiver import Answer, WebhookReceiver
 from webhooks.signing import generate_secret
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -80,3 +87,35 @@ def test_a_hanging_endpoint_holds_only_its_own_events(store):
             dispatcher.join(timeout=10)
     assert sorted(headers["webhook-id"] for headers, _ in hanging.requests) == sorted(hanging_ids)
     assert all(store.outbox.event(event_id).attempts == 1 for event_id in hanging_ids + answering_ids)
+
+
+LEAVE_MID_ATTEMPT = """
+import sys, time
+from types import SimpleNamespace
+from jobs.store import Store
+from queueing.dispatch import Dispatcher
+store = Store(sys.argv[1])
+dispatcher = Dispatcher(SimpleNamespace(store=store, send=lambda *args: None, metrics=None))
+assert dispatcher.dispatch_once()
+time.sleep(1.0)   # the attempt is open, its receiver holds it
+print("leaving", flush=True)
+"""
+
+
+def test_a_worker_exits_without_waiting_for_a_hanging_attempt(store):
+    # Given a process whose dispatcher has an attempt open to a receiver that hangs,
+    release = threading.Event()
+    with WebhookReceiver(responses=[Answer(200, hold=release)]) as hanging:
+        event_id = queue_final_event(store, hanging.url)
+        started = time.monotonic()
+        # when its main thread ends, then it exits at once (the attempt would take 30 s),
+        leaver = subprocess.run([sys.executable, "-c", LEAVE_MID_ATTEMPT, store.url], cwd=REPO, timeout=60,
+                                env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+        elapsed_s = time.monotonic() - started
+        release.set()
+    assert leaver.returncode == 0 and "leaving" in leaver.stdout, leaver.stderr[-2000:]
+    assert elapsed_s < 20, f"the process waited {elapsed_s:.1f}s for the open attempt"
+    assert len(hanging.requests) == 1
+    # and the event is left claimed, to be sent again once the lease runs out.
+    event = store.outbox.event(event_id)
+    assert event.status == "pending" and event.claimed_until > time.time()
