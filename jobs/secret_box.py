@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -78,7 +78,7 @@ class SecretBox:
         token = stored.removeprefix(PREFIX).encode("ascii")
         return PREFIX + self._with_current_keys(lambda fernet: fernet.rotate(token)).decode("ascii")
 
-    def _with_current_keys(self, use):
+    def _with_current_keys(self, use: Callable[[MultiFernet], bytes]) -> bytes:
         try:
             return use(self._fernet)
         except InvalidToken:
