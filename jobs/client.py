@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -26,8 +27,12 @@ if TYPE_CHECKING:
     from jobs.schedule_client import Schedules
 from jobs.throughput import format_duration, format_rate
 from jobs.validate import check_job, encoded_schema
+from queueing.failpoints import failpoint
+from queueing.transient import is_transient
 from storage.manifest import read_errors, read_results
 from webhooks.signing import generate_secret
+
+log = logging.getLogger("barge.client")
 
 # Final states whose manifest lists the shards they committed (queueing.finalize).
 PARTIAL_RESULT_STATES = (JobStatus.EXPIRED, JobStatus.CANCELLED, JobStatus.FAILED)
@@ -66,7 +71,14 @@ class Client:
         job_id = self.store.create_job(spec, model_key=checked.model.key, rows_total=checked.input.num_rows,
                                        output_schema=encoded_schema(checked), webhook_secret=secret,
                                        job_id=job_id, cache_namespace=namespace)
-        self.plan(job_id)
+        try:
+            failpoint("after_submit_record")
+            self.plan(job_id)
+        except Exception as error:   # recorded is submitted: a worker's housekeeper sends the plan task
+            if not is_transient(error):
+                raise
+            log.warning("job %s is recorded but its plan task could not be sent (%s); a worker sends it within "
+                        "BARGE_REQUEUE_AFTER_S", job_id, error)
         return Job(self, job_id, webhook_secret=secret)
 
     def plan(self, job_id: str) -> None:

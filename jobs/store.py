@@ -29,6 +29,7 @@ from jobs.secret_box import SecretBox
 from jobs.secret_store import SecretStore
 from jobs.shard_store import ShardClaim, ShardCommitted, ShardEvents, ShardStore  # noqa: F401 (re-exported)
 from jobs.records import JobProgress, JobRecord
+from jobs.recovery_store import RecoveryStore
 from jobs.spec import JobSpec
 from jobs.status import JobStatus, ShardStatus, check_transition
 from jobs.throughput import RECENT_WINDOW_S, JobTimes, measure
@@ -53,7 +54,7 @@ class OutboxEvent:
     body: bytes
 
 
-class Store(SecretStore, ShardStore, CacheStore, ScheduleStore):
+class Store(SecretStore, ShardStore, CacheStore, ScheduleStore, RecoveryStore):
     def __init__(self, url: str, secrets: SecretBox | None = None):
         """`secrets`: the key(s) webhook secrets are stored under; by default from
         BARGE_SECRET_KEY (jobs.secret_box), and SecretKeyError if there is none to be had."""
@@ -101,7 +102,7 @@ class Store(SecretStore, ShardStore, CacheStore, ScheduleStore):
                 id=job_id, status=int(JobStatus.QUEUED), mode=spec.mode, model_key=model_key,
                 spec=json.dumps(spec.to_dict()), webhook_secret=self.secrets.encrypt(webhook_secret), expires_at=expires_at,
                 rows_total=rows_total, output_schema=output_schema, created_at=now, updated_at=now,
-                cache_namespace=cache_namespace))
+                cache_namespace=cache_namespace, task_sent_at=now))
         return job_id
 
     def get_job(self, job_id: str) -> JobRecord:
@@ -203,11 +204,18 @@ class Store(SecretStore, ShardStore, CacheStore, ScheduleStore):
         return True
 
     def begin_finalize(self, job_id: str) -> bool:
-        """RUNNING -> FINALIZING once every shard is finished; False otherwise."""
+        """RUNNING -> FINALIZING once every shard is finished, or a FINALIZING job whose
+        finalize is run again (its worker died, or gave up on an outage: jobs.recovery_store);
+        False otherwise. Either way the finalize's start is recorded (task_sent_at)."""
+        now = time.time()
         with self._job_transaction(job_id) as (conn, job):
-            if JobStatus(job.status) != JobStatus.RUNNING or self._num_unfinished(conn, job_id):
+            status = JobStatus(job.status)
+            if status == JobStatus.FINALIZING:
+                conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id).values(task_sent_at=now))
+                return True
+            if status != JobStatus.RUNNING or self._num_unfinished(conn, job_id):
                 return False
-            self._set_job_status(conn, job, JobStatus.FINALIZING)
+            self._set_job_status(conn, job, JobStatus.FINALIZING, task_sent_at=now)
         return True
 
     def finish_job(self, job_id: str, status: JobStatus, *, error: str | None = None,
@@ -246,7 +254,8 @@ class Store(SecretStore, ShardStore, CacheStore, ScheduleStore):
             target = JobStatus.RUNNING if self._num_shards(conn, job_id) else JobStatus.QUEUED
             spec = JobSpec.from_dict(json.loads(job.spec))
             self._set_job_status(conn, job, target, error=None, finished_at=None, partial_output_sent_at=None,
-                                 expires_at=now + spec.expires_after_s if spec.expires_after_s else None)
+                                 expires_at=now + spec.expires_after_s if spec.expires_after_s else None,
+                                 task_sent_at=now)
             conn.execute(update(tables.shards).where(
                 shard.job_id == job_id, shard.status.in_([int(ShardStatus.FAILED), int(ShardStatus.CANCELLED)]))
                 .values(status=int(ShardStatus.PENDING), attempt=0, token=None, error=None, queued_at=None,

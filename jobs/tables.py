@@ -30,6 +30,8 @@ jobs = Table(
     Column("quant_check", Text),                         # FP8 check as JSON (engine.quant.compare.QuantCheck)
     Column("partial_output_sent_at", Float),             # ended unfinished: its partial manifest is owed; when
                                                          # the task that writes it was last sent (NULL: none owed)
+    Column("task_sent_at", Float),                       # QUEUED, RUNNING with all shards done, FINALIZING: when the
+                                                         # task that moves it on (plan, finalize) was last sent or began
     Index("ix_barge_jobs_expires_at", "expires_at"),
 )
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Callable
 
 from jobs.status import JobStatus, ShardStatus
 from jobs.events import final_event
 from jobs.report import job_report
 from queueing.dispatch import deliver
+from queueing.failpoints import failpoint
 from queueing.runtime import Runtime
+from queueing.transient import is_transient, retrying
 from storage.errors import StorageError
 from queueing.results import ROW_INDEX_COLUMN
 from storage.errors_file import write_errors_file
@@ -26,21 +27,36 @@ from storage.write import PartInfo
 log = logging.getLogger("barge.worker")
 
 
-@contextmanager
-def failing_job_on_error(runtime: Runtime, job_id: str, step: str) -> Iterator[None]:
-    """A crash in planning or finalizing fails the job with the reason, instead of
-    leaving it QUEUED or FINALIZING for ever."""
+def run_job_step(runtime: Runtime, job_id: str, step: str, action: Callable[[], object]) -> None:
+    """Plan or finalize a job. A transient error (queueing.transient: the database, the
+    broker or the store away for a while) is retried with backoff for
+    BARGE_TRANSIENT_RETRY_S and, past that, left to the job's owner, a housekeeper that
+    sends the task again (jobs.recovery_store): the job stays as it is, never FAILED
+    over an outage. Any other error fails the job with the reason."""
+    within_s = runtime.options.transient_retry_s
     try:
-        yield
+        retrying(f"job {job_id}: {step}", action, within_s=within_s)
+        return
     except Exception as exc:
+        if is_transient(exc):
+            log.warning("job %s: %s met an outage that outlasted %.0fs of retries (%s: %s); the job stays as "
+                        "it is until a housekeeper sends the task again", job_id, step, within_s,
+                        type(exc).__name__, exc)
+            return
         log.exception("job %s: %s failed", job_id, step)
-        fail_job(runtime, job_id, f"{step} failed: {type(exc).__name__}: {exc}")
+        error = f"{step} failed: {type(exc).__name__}: {exc}"
+    try:
+        retrying(f"job {job_id}: recording that {step} failed", lambda: fail_job(runtime, job_id, error),
+                 within_s=within_s)
+    except Exception:   # still away: the re-sent task meets the same error and records it then
+        log.exception("job %s: could not record that %s failed; a housekeeper sends the task again", job_id, step)
 
 
 def finalize_job(runtime: Runtime, job_id: str) -> JobStatus | None:
     store = runtime.store
     if not store.begin_finalize(job_id):
         return None
+    failpoint("after_begin_finalize")
     job = store.get_job(job_id)
     shards = store.list_shards(job_id)
     failed = [s for s in shards if s.status == ShardStatus.FAILED]
@@ -52,8 +68,11 @@ def finalize_job(runtime: Runtime, job_id: str) -> JobStatus | None:
             write_partial_output(runtime, job_id)
         return status
     try:
-        commit_output(job.spec.output, build_manifest(runtime, job, shards, "succeeded"))
+        commit_output(job.spec.output, build_manifest(runtime, job, shards, "succeeded"),
+                      before_success=lambda: failpoint("after_manifest_before_success"))
     except StorageError as exc:
+        if is_transient(exc):   # the store is away: run_job_step retries, then the job's owner
+            raise
         return finish(runtime, job_id, JobStatus.FAILED, error=f"committing the output failed: {exc}")
     return finish(runtime, job_id, JobStatus.SUCCEEDED)
 
@@ -111,6 +130,7 @@ def finish(runtime: Runtime, job_id: str, status: JobStatus, *, error: str | Non
     event = final_event(runtime.store, job_id, status, error)
     if not runtime.store.finish_job(job_id, status, error=error, event=event):
         return None
+    failpoint("after_final_status_before_event")
     log.info("job %s: %s%s", job_id, status, f" ({error})" if error else "")
     if event is not None:
         deliver(runtime, event.id)

@@ -1,16 +1,18 @@
 """The housekeeper: every worker runs one, so recovery needs no extra process.
 
 Each pass: reclaim shards whose lease expired (their worker died or hung) and send
-them again, or dead-letter them; send again shards whose message seems lost, and the
+them again, or dead-letter them; send again shards whose message seems lost, the
 partial-manifest task of a job that ended unfinished if its manifest is still unwritten
-long after; refill each running job's window of shards on the broker."""
+long after, and the plan or finalize task of a job stranded in QUEUED, RUNNING with every
+shard finished, or FINALIZING (jobs.recovery_store); refill each running job's window of
+shards on the broker."""
 
 from __future__ import annotations
 
 import logging
 import threading
 
-from jobs.status import ShardStatus
+from jobs.status import JobStatus, ShardStatus
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
 
@@ -38,6 +40,12 @@ def housekeep(runtime: Runtime) -> None:
                     job_id, options.requeue_after_s)
         store.touch_partial_output(job_id)
         runtime.send("barge.write_partial_output", [job_id], CONTROL_QUEUE)
+    for job_id, status in store.stranded_jobs(options.requeue_after_s):
+        task = "barge.plan_job" if status == JobStatus.QUEUED else "barge.finalize_job"
+        log.warning("job %s: %s, and the %s task that moves it on has not done so %.0fs after it was sent or "
+                    "began; sending it again", job_id, status, task, options.requeue_after_s)
+        runtime.send(task, [job_id], CONTROL_QUEUE)
+        store.touch_task(job_id)
     for job_id in store.running_job_ids():
         runtime.refill_window(job_id)
 

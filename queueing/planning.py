@@ -8,9 +8,11 @@ import logging
 from jobs.status import JobStatus
 from jobs.spec import JobSpecError
 from jobs.validate import check_ids, inspect_job_input, read_columns
+from queueing.failpoints import failpoint
 from queueing.finalize import fail_job
 from queueing.routing import CONTROL_QUEUE, model_queue
 from queueing.runtime import Runtime
+from queueing.transient import is_transient
 from storage.errors import StorageError
 from storage.clear import clear_output
 from storage.plan import plan_shards
@@ -26,6 +28,7 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
     if job.status != JobStatus.QUEUED:
         log.info("job %s: already %s, not planning again", job_id, job.status)
         return 0
+    store.touch_task(job_id)   # planning began: its owner waits BARGE_REQUEUE_AFTER_S from now (jobs.recovery_store)
     spec = job.spec
     try:
         info = inspect_job_input(spec, summarize_ids=bool(spec.id_column))
@@ -36,12 +39,15 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
             clear_output(spec.output)
         shards, staging = stage_split_pieces(shards, read_columns(spec), staging_url(spec.output, job_id))
     except (StorageError, JobSpecError) as exc:   # the input changed since submission, its ids repeat, ...
+        if is_transient(exc):   # the store is away, not the input wrong: retried, never a failed job
+            raise
         fail_job(runtime, job_id, f"planning failed: {exc}")
         return 0
     if staging.num_files:
         log.info("job %s: staged %d row groups bigger than a shard as %d files, %d bytes, in %.1f s", job_id,
                  staging.num_row_groups, staging.num_files, staging.num_bytes_written, staging.seconds)
     plans = [shard.to_dict() for shard in shards]
+    failpoint("before_plan_commit")
     if not store.start_job(job_id, plans):
         return 0
     if not plans:

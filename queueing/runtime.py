@@ -33,12 +33,15 @@ class WorkerOptions:
     drain_grace_s: float = 30.0     # after SIGTERM: finish the current shard within this, else release it
     housekeeping_s: float = 2.0     # how often leases are reclaimed and windows refilled
     requeue_after_s: float = 600.0  # a sent shard nobody claimed for this long is sent again; so is an owed
-                                    # partial manifest's task (queueing.housekeeping)
+                                    # partial manifest's task, and a stranded job's plan or finalize
+                                    # (queueing.housekeeping)
     chunk_rows: int = 256           # rows per engine call; between calls the worker checks its claim
     kv_cache_fraction: float | None = None   # generate: share of free memory for the KV cache (engine default 0.3)
     metrics_port: int = 0           # serve Prometheus metrics on this port; 0: off (queueing.metrics)
     metrics_addr: str = "0.0.0.0"   # the address the metrics server binds
     pipeline_depth: int = 1         # shards read ahead while the engine computes (queueing.pipeline); 0: none
+    transient_retry_s: float = 60.0  # a plan or finalize retries a transient error this long, then leaves the
+                                     # job to its owner (queueing.finalize.run_job_step)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "WorkerOptions":
@@ -47,7 +50,8 @@ class WorkerOptions:
                  "drain_grace_s": "BARGE_DRAIN_GRACE_S", "housekeeping_s": "BARGE_HOUSEKEEPING_S",
                  "requeue_after_s": "BARGE_REQUEUE_AFTER_S", "chunk_rows": "BARGE_CHUNK_ROWS",
                  "metrics_port": "BARGE_METRICS_PORT", "metrics_addr": "BARGE_METRICS_ADDR",
-                 "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION", "pipeline_depth": "BARGE_PIPELINE_DEPTH"}
+                 "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION", "pipeline_depth": "BARGE_PIPELINE_DEPTH",
+                 "transient_retry_s": "BARGE_TRANSIENT_RETRY_S"}
         values = {}
         for name, variable in names.items():
             if env.get(variable):

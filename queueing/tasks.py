@@ -25,8 +25,8 @@ log = logging.getLogger("barge.worker")
 @shared_task(name="barge.plan_job", bind=True)
 def plan_job(self, job_id: str) -> None:
     runtime = runtime_of(self.app)
-    with log_context(job_id=job_id), finalize.failing_job_on_error(runtime, job_id, "planning"):
-        planning.plan_job(runtime, job_id)
+    with log_context(job_id=job_id):
+        finalize.run_job_step(runtime, job_id, "planning", lambda: planning.plan_job(runtime, job_id))
 
 
 @shared_task(name="barge.run_shard", bind=True, acks_late=False)
@@ -64,8 +64,8 @@ def resume_job(self, job_id: str) -> None:
 @shared_task(name="barge.finalize_job", bind=True)
 def finalize_job(self, job_id: str) -> None:
     runtime = runtime_of(self.app)
-    with log_context(job_id=job_id), finalize.failing_job_on_error(runtime, job_id, "finalizing"):
-        finalize.finalize_job(runtime, job_id)
+    with log_context(job_id=job_id):
+        finalize.run_job_step(runtime, job_id, "finalizing", lambda: finalize.finalize_job(runtime, job_id))
 
 
 @shared_task(name="barge.write_partial_output", bind=True)

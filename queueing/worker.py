@@ -22,7 +22,7 @@ import pyarrow as pa
 from jobs.events import shard_events
 from jobs.records import JobRecord
 from jobs.store import ShardClaim
-from queueing.failpoints import crash_if_poisoned
+from queueing.failpoints import crash_if_poisoned, failpoint
 from queueing.inference import infer
 from queueing.lease import LeaseKeeper
 from queueing.quant_check import run_quant_check, wants_quant_check
@@ -257,6 +257,7 @@ def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClai
         return ShardOutcome("lost")
     if written.cache_write is not None:
         written.cache.register(written.cache_write)
+    failpoint("after_shard_commit_before_send")
     _after_finish(runtime, job.id, job_is_ready)
     return ShardOutcome("committed", num_rows=len(outputs) + written.rows_reused, rows_failed=rows_failed,
                         usage=usage)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
@@ -104,11 +105,15 @@ def decode_schema(text: str) -> pa.Schema:
         raise ValueError(f"manifest schema is not an encode_schema() string: {text[:40]!r}...") from error
 
 
-def commit_output(output: str, manifest: Manifest, storage_options: dict | None = None) -> None:
+def commit_output(output: str, manifest: Manifest, storage_options: dict | None = None, *,
+                  before_success: Callable[[], None] | None = None) -> None:
     """Check every listed part (and errors file) is there, write _manifest.json atomically, then _SUCCESS last;
-    then remove the job's staged input (storage.stage)."""
+    then remove the job's staged input (storage.stage). `before_success` runs between the
+    two writes (crash tests stop a process there). Committing again rewrites both: harmless."""
     _check_parts_present(output, manifest, storage_options)
     write_bytes_atomic(output, MANIFEST_NAME, manifest.to_json().encode("utf-8"), storage_options)
+    if before_success is not None:
+        before_success()
     write_bytes_atomic(output, SUCCESS_NAME, b"", storage_options)
     remove_staging(output, manifest.job_id, storage_options)   # nothing can read it again
 
