@@ -37,10 +37,16 @@ log = logging.getLogger("barge.webhooks")
 PRUNE_EVERY_S = 600.0   # with a retention set, how often a dispatcher prunes (more often for a shorter one)
 
 
-def deliver(runtime: Runtime, event_id: str) -> bool | None:
-    """One delivery attempt with the policy from the environment (see deliver_event)."""
-    return deliver_event(runtime.store, event_id, RetryPolicy.from_env(), allow_hosts=allow_hosts_from_env(),
-                         metrics=runtime.metrics)
+def deliver(runtime: Runtime, event_id: str) -> None:
+    """The first attempt of an event just written (a task that finished a job): started
+    on the worker's delivery pool, so the task goes on whatever the receiver does; a
+    host at its limit leaves it to the dispatcher's next pass. Without a pool (a process
+    that runs no Dispatcher), attempted here and now."""
+    if runtime.deliveries is not None:
+        runtime.deliveries.start_due([(event_id, runtime.store.outbox.event(event_id).url)])
+        return
+    deliver_event(runtime.store, event_id, RetryPolicy.from_env(), allow_hosts=allow_hosts_from_env(),
+                  metrics=runtime.metrics)
 
 
 def deliver_event(store: Store, event_id: str, policy: RetryPolicy, *,
@@ -124,6 +130,7 @@ class Dispatcher(threading.Thread):
         self.limits = DeliveryLimits.from_env()
         self.retention_s = retention_from_env()
         self.pool = DeliveryPool(self._deliver, self.limits)
+        runtime.deliveries = self.pool   # the worker's tasks start first attempts here too (deliver)
         self.stopped = threading.Event()
         self._next_prune_at = 0.0   # time.monotonic()
 

@@ -76,6 +76,7 @@ class Runtime:
     _engine_settings: dict[EngineKey, dict] = field(default_factory=dict)   # engine key -> settings
     drain_deadline: float | None = None    # set on SIGTERM: monotonic time the current shard must end by
     pipeline: object | None = None         # queueing.pipeline.ShardPipeline when pipeline_depth > 0
+    deliveries: object | None = None       # queueing.delivery_pool.DeliveryPool of the worker's Dispatcher
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def engine_for(self, model_key: str, mode: str, quantization: str | None = None):

@@ -25,7 +25,7 @@ from jobs.events import final_event
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.store import Store
-from queueing.dispatch import Dispatcher
+from queueing.dispatch import Dispatcher, deliver
 from tests.support.receiver import Answer, WebhookReceiver
 from webhooks.signing import generate_secret
 
@@ -93,7 +93,7 @@ LEAVE_MID_ATTEMPT = """
 import sys, time
 from types import SimpleNamespace
 from jobs.store import Store
-from queueing.dispatch import Dispatcher
+from queueing.dispatch import Dispatcher, deliver
 store = Store(sys.argv[1])
 dispatcher = Dispatcher(SimpleNamespace(store=store, send=lambda *args: None, metrics=None))
 assert dispatcher.dispatch_once()
@@ -119,3 +119,28 @@ def test_a_worker_exits_without_waiting_for_a_hanging_attempt(store):
     # and the event is left claimed, to be sent again once the lease runs out.
     event = store.outbox.event(event_id)
     assert event.status == "pending" and event.claimed_until > time.time()
+
+
+def test_a_tasks_first_attempt_does_not_wait_for_a_hanging_receiver(store):
+    # Given a worker whose dispatcher has its pool, and a job's final event for a receiver that hangs,
+    release = threading.Event()
+    with WebhookReceiver(responses=[Answer(200, hold=release)]) as hanging:
+        event_id = queue_final_event(store, hanging.url)
+        runtime = SimpleNamespace(store=store, send=lambda *args: None, metrics=None)
+        dispatcher = Dispatcher(runtime, interval_s=60)   # not started: no pass will come
+        try:
+            # when the task that finished the job makes the first attempt,
+            started = time.monotonic()
+            deliver(runtime, event_id)
+            returned_s = time.monotonic() - started
+            # then the task goes on at once, while the attempt runs on the pool.
+            hanging.wait_for(1, timeout_s=10)
+            release.set()
+            deadline = time.monotonic() + 20
+            while store.outbox.event(event_id).status != "delivered":
+                assert time.monotonic() < deadline, "the pool's attempt did not finish"
+                time.sleep(0.05)
+        finally:
+            release.set()
+            dispatcher.pool.close(wait=True)
+    assert returned_s < 2, f"the task waited {returned_s:.1f}s for the receiver"
