@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="run the model's linear layers with FP8 weights")
     submit.add_argument("--quant-check-rows", type=int, default=0, metavar="N",
                         help="with --quantization: compare FP8 with the unquantized model on shard 0's first N rows")
+    submit.add_argument("--allow-duplicate-ids", action="store_true",
+                        help="run the job even if its id column repeats ids (refused by default)")
+    submit.add_argument("--dry-run", action="store_true",
+                        help="check the job and show the input layout planning finds; queue nothing")
     submit.add_argument("--wait", action="store_true", help="wait with a progress bar")
     submit.set_defaults(func=_submit)
 
@@ -121,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _submit(args) -> int:
+    if args.dry_run:
+        from jobs.dry_run import dry_run
+        print(dry_run(submitted_spec(args)).describe())
+        return 0
     job = Client().submit(submitted_spec(args))
     print(f"job {job.id} queued")
     if job.webhook_secret:
@@ -144,7 +152,7 @@ def submitted_spec(args) -> JobSpec:
                    if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
                    webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after,
                    incremental=args.incremental, quantization=args.quantization,
-                   quant_check_rows=args.quant_check_rows)
+                   quant_check_rows=args.quant_check_rows, allow_duplicate_ids=args.allow_duplicate_ids)
 
 
 def _status(args) -> int:

@@ -45,6 +45,7 @@ class JobReport:
     cost: Cost | None                    # None: no price given
     quant_check: dict | None = None      # FP8 jobs with quant_check_rows: engine.quant.compare.QuantCheck's
                                          # figures, or {"error": ...} when the check could not run
+    input: dict | None = None            # what planning found: duplicate and null ids, staging (queueing.planning)
 
     def to_dict(self) -> dict:
         return {"job_id": self.job_id, "status": self.status, "mode": self.mode, "model": self.model,
@@ -54,7 +55,8 @@ class JobReport:
                 "engines": self.engines, "throughput": self.throughput.to_dict(),
                 "worker_seconds": {device: round(s, 3) for device, s in self.worker_s_by_device.items()},
                 "cost": None if self.cost is None else self.cost.to_dict(),
-                **({"quant_check": self.quant_check} if self.quant_check is not None else {})}
+                **({"quant_check": self.quant_check} if self.quant_check is not None else {}),
+                **({"input": self.input} if self.input is not None else {})}
 
 
 def job_report(store: Store, job_id: str, *, price_per_hour: float | None = None) -> JobReport:
@@ -67,7 +69,13 @@ def job_report(store: Store, job_id: str, *, price_per_hour: float | None = None
                      num_shards=sum(progress.shards.values()), engines=store.engine_settings(job_id),
                      throughput=progress.throughput, worker_s_by_device=by_device,
                      cost=cost(sum(by_device.values()), progress.num_tokens, price_per_hour),
-                     quant_check=store.quant_check(job_id))
+                     quant_check=store.quant_check(job_id), input=_planned_input(store, job_id))
+
+
+def _planned_input(store: Store, job_id: str) -> dict | None:
+    """Planning records its findings with the first shard (queueing.planning.input_summary)."""
+    first = next(iter(store.list_shards(job_id)), None)
+    return None if first is None else first.plan.get("input")
 
 
 def cost(worker_s: float, num_tokens: int, price_per_hour: float | None) -> Cost | None:

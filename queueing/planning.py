@@ -15,8 +15,8 @@ from queueing.runtime import Runtime
 from queueing.transient import is_transient
 from storage.errors import StorageError
 from storage.clear import clear_output
-from storage.plan import plan_shards
-from storage.stage import stage_split_pieces, staging_url
+from storage.plan import InputInfo, plan_shards
+from storage.stage import StagingReport, stage_split_pieces, staging_url
 
 log = logging.getLogger("barge.worker")
 
@@ -47,6 +47,8 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
         log.info("job %s: staged %d row groups bigger than a shard as %d files, %d bytes, in %.1f s", job_id,
                  staging.num_row_groups, staging.num_files, staging.num_bytes_written, staging.seconds)
     plans = [shard.to_dict() for shard in shards]
+    if plans:
+        plans[0]["input"] = input_summary(info, staging)
     failpoint("before_plan_commit")
     if not store.start_job(job_id, plans):
         return 0
@@ -57,3 +59,10 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
              num_sent, model_queue(job.model_key))
     return len(plans)
 
+
+def input_summary(info: InputInfo, staging: StagingReport) -> dict:
+    """What planning found, kept with the first shard for the job's report and manifest."""
+    ids = info.ids
+    return {"num_duplicate_ids": ids.num_duplicate_rows if ids else 0, "num_null_ids": ids.num_null if ids else 0,
+            "staged_row_groups": staging.num_row_groups, "staged_bytes": staging.num_bytes_written,
+            "staging_s": round(staging.seconds, 3)}

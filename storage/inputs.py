@@ -86,7 +86,8 @@ def inspect_input(
     the job copies into its output: each must exist too. With `partition_columns`,
     every file must have the same hive partition keys, none of them also a column.
     Raises InputError naming the file and the problem. An empty file (0 rows) is
-    valid: it yields no shards. With `summarize_ids`, the "id_column" role's column
+    valid: it yields no shards, and only its columns' presence is checked, not their
+    types (pandas writes an empty text column as type null). With `summarize_ids`, the "id_column" role's column
     is read too (that column only; a small file's from the footer's fetch) and
     counted into `InputInfo.ids`.
     """
@@ -94,7 +95,8 @@ def inspect_input(
     id_column = columns.get("id_column") if summarize_ids else None
     read = _read_footers([entry.url for entry in listed], storage_options, id_column)
     footers = [footer for footer, _ in read]
-    schema = _arrow_schema(listed[0].url, footers[0].metadata)
+    first = next((i for i, footer in enumerate(footers) if footer.metadata.num_rows), 0)  # whose types count
+    schema = _arrow_schema(listed[first].url, footers[first].metadata)
     work_column = next((columns[role] for role in WORK_ROLES if columns.get(role)), None)
     # The text role's column is read as text whatever its Parquet type (storage.text).
     is_text = work_column is not None and work_column == columns.get(TEXT_ROLE)
@@ -103,8 +105,9 @@ def inspect_input(
     for entry, footer in zip(listed, footers):
         metadata, num_bytes = footer.metadata, footer.num_bytes
         file_schema = _arrow_schema(entry.url, metadata)
-        _check_columns(entry.url, file_schema, columns, carry_columns)
-        _check_same_schema(entry.url, listed[0].url, schema, file_schema)
+        _check_columns(entry.url, file_schema, columns, carry_columns, check_types=metadata.num_rows > 0)
+        if metadata.num_rows:
+            _check_same_schema(entry.url, listed[first].url, schema, file_schema)
         files.append(_input_file(entry, metadata, num_bytes, work_column, unit))
     keys = _check_partitions(listed, schema) if partition_columns else ()
     ids = _summarize(schema.field(id_column).type, [ids for _, ids in read]) if id_column else None
@@ -171,7 +174,8 @@ def _input_file(entry: ListedFile, metadata: pq.FileMetaData, num_bytes: int, wo
                      partition=entry.partition, num_bytes=num_bytes)
 
 
-def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_columns: Sequence[str]) -> None:
+def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_columns: Sequence[str],
+                   check_types: bool = True) -> None:
     named = [(name, f"the {role}") for role, name in columns.items() if name is not None]
     named += [(name, "in carry_columns") for name in carry_columns]
     for name, what in named:
@@ -179,7 +183,7 @@ def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_c
             raise InputError(f"{redact(url)}: column {name!r} ({what}) is not in the file; "
                              f"its columns are: {', '.join(schema.names)}")
     text_column = columns.get(TEXT_ROLE)
-    if text_column is not None and not is_text_type(schema.field(text_column).type):
+    if check_types and text_column is not None and not is_text_type(schema.field(text_column).type):
         raise InputError(f"{redact(url)}: column {text_column!r} (the {TEXT_ROLE}) has type "
                          f"{schema.field(text_column).type}; it must hold text: {TEXT_TYPES}")
 

@@ -29,6 +29,16 @@ def test_many_small_files_pack_into_few_shards_that_read_every_row_once(tmp_path
     assert read_ids(shards) == list(range(200))
 
 
+def test_an_empty_file_whose_text_column_is_typed_null_gives_no_rows_and_no_error(tmp_path, make_table,
+                                                                                  write_parquet, columns):
+    # pandas writes an empty DataFrame's text column as type null
+    write_parquet(tmp_path / "a.parquet", pa.table({"doc_id": pa.array([], pa.int64()), "text": pa.array([])}))
+    write_parquet(tmp_path / "b.parquet", make_table(3))
+    info = inspect_input(str(tmp_path), columns=columns)
+    assert info.schema.field("text").type == pa.string() and info.num_rows == 3
+    assert read_ids(plan_shards(info)) == [0, 1, 2]
+
+
 def test_a_row_group_bigger_than_a_shard_is_staged_once_and_read_back_exactly(tmp_path, make_table, write_parquet,
                                                                              columns):
     (tmp_path / "in").mkdir()
