@@ -218,8 +218,7 @@ def _jobs(args) -> int:
 
 def _worker(args) -> int:
     from queueing.serve import serve
-    serve(args.model, loglevel=args.loglevel, metrics_port=args.metrics_port)
-    return 0
+    return serve(args.model, loglevel=args.loglevel, metrics_port=args.metrics_port)
 
 
 def _demo(args) -> int:

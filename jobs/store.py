@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 import uuid
 from contextlib import contextmanager
@@ -42,6 +43,8 @@ PARTIAL_OUTPUT_CHASE_S = 86_400.0
 # receiver reading the partial results finds them listed. Written, the manifest releases
 # the event at once; a manifest that cannot be written holds it no longer than this.
 PARTIAL_OUTPUT_HOLD_S = 60.0
+# How long a SQLite connection waits for another process's write lock.
+SQLITE_BUSY_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class Store(SecretStore, ShardStore, CacheStore, ScheduleStore, RecoveryStore):
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
             _ensure_sqlite_dir(url)
-            self.engine = create_engine(url, connect_args={"timeout": 60})
+            self.engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
             _make_sqlite_transactions_immediate(self.engine)
         else:
             self.engine = create_engine(url, pool_pre_ping=True)
@@ -321,6 +324,28 @@ def _ensure_sqlite_dir(url: str) -> None:
         Path(os.path.expanduser(path)).parent.mkdir(parents=True, exist_ok=True)
 
 
+def _use_wal(cursor, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> None:
+    """Put the database in WAL mode, once for the file's lifetime (the mode is stored in it).
+
+    Switching needs the file to itself, and SQLite answers "database is locked" at once,
+    without waiting on the busy timeout, while another process holds it: two workers
+    opening a fresh data folder together (one migrating, one switching) would lose one.
+    So the switch is retried until the other lets go."""
+    deadline = time.monotonic() + timeout_s
+    delay_s = 0.01
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay_s)
+        delay_s = min(delay_s * 2, 0.5)
+
+
 def _make_sqlite_transactions_immediate(engine) -> None:
     # pysqlite's own transaction handling starts with a deferred BEGIN; two processes
     # that both read and then write would then fail with "database is locked". Take the
@@ -329,8 +354,8 @@ def _make_sqlite_transactions_immediate(engine) -> None:
     def _on_connect(dbapi_connection, _record):
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        _use_wal(cursor)
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

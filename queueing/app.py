@@ -8,9 +8,15 @@ committed shards) turns that at-least-once delivery into exactly-once output.
 from __future__ import annotations
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
 
 from jobs.settings import Settings
 from queueing.routing import CONTROL_QUEUE, queue_name
+
+# The embedded default's broker is kombu's filesystem transport made safe to share
+# between processes (queueing.fs_transport); `filesystem://` in the settings means it.
+EMBEDDED_TRANSPORT = "barge-fs"
+TRANSPORT_ALIASES.setdefault(EMBEDDED_TRANSPORT, "queueing.fs_transport:Transport")
 
 
 def create_app(settings: Settings) -> Celery:
@@ -42,6 +48,7 @@ def _broker_url(settings: Settings) -> str:
     if settings.is_embedded_broker:
         for folder in ("queue", "control"):
             (settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)
+        return f"{EMBEDDED_TRANSPORT}://"
     return settings.broker_url
 
 

@@ -124,6 +124,12 @@ class WorkerMetrics:
     def webhook_delivery(self, outcome: str) -> None:
         self.webhooks.labels(outcome).inc()
 
+    def watch_bad_messages(self, count: Callable[[], int]) -> None:
+        """The embedded broker's unreadable messages set aside (queueing.fs_transport),
+        counted at scrape time: the deployment's, like the SQL shard counts."""
+        Gauge("barge_broker_bad_messages", "Unreadable broker messages moved aside into the queue folder's "
+              "bad/ (embedded broker only).", registry=self.registry).set_function(count)
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve /metrics on `port` from a daemon thread."""
         self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)

@@ -20,6 +20,7 @@ from jobs.settings import Settings
 from jobs.store import Store
 from queueing.app import create_app
 from queueing.dispatch import Dispatcher
+from queueing.fs_transport import bad_message_count
 from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
 from queueing.housekeeping import Housekeeper
 from queueing.logs import configure_logging
@@ -31,8 +32,12 @@ log = logging.getLogger("barge.worker")
 
 
 def serve(models: list[str], *, settings: Settings | None = None, loglevel: str = "INFO",
-          preload: bool = True, metrics_port: int | None = None) -> None:
-    """`metrics_port` overrides BARGE_METRICS_PORT; 0 turns the metrics server off."""
+          preload: bool = True, metrics_port: int | None = None) -> int:
+    """Serve until stopped; returns the process's exit status: 0 only after a drain
+    (SIGTERM or SIGINT), else non-zero, with the reason on the last log line. No message
+    content ends it: an unreadable message is set aside (queueing.fs_transport) or, on
+    RabbitMQ and Redis, logged and dropped by Celery, and its work re-sent by a
+    housekeeper. `metrics_port` overrides BARGE_METRICS_PORT; 0 turns the metrics server off."""
     configure_logging(loglevel)
     settings = settings or Settings.from_env()
     store = Store(settings.database_url)
@@ -63,12 +68,17 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
                Housekeeper(runtime)]
     for thread in threads:
         thread.start()
+    if settings.is_embedded_broker:
+        runtime.metrics.watch_bad_messages(lambda: bad_message_count(settings.broker_dir / "queue"))
     if options.metrics_port:
         runtime.metrics.serve(options.metrics_port, options.metrics_addr)
+    was_draining = False
     try:
-        app.worker_main(["worker", "--pool=solo", "--queues", ",".join(queues),
-                         "--hostname", f"barge-{os.getpid()}@{socket.gethostname()}",
-                         "--without-mingle", "--without-gossip", "--loglevel", loglevel])
+        # app.start, not app.worker_main, which drops Celery's exit status.
+        status = app.start(["worker", "--pool=solo", "--queues", ",".join(queues),
+                            "--hostname", f"barge-{os.getpid()}@{socket.gethostname()}",
+                            "--without-mingle", "--without-gossip", "--loglevel", loglevel]) or 0
+        was_draining = runtime.drain_deadline is not None
     finally:
         if runtime.pipeline is not None:   # Celery has stopped consuming: let the engine finish (or release)
             runtime.begin_drain()
@@ -76,3 +86,16 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
         for thread in threads:
             thread.stop()
         runtime.metrics.close()
+    return _exit_status(status, was_draining)
+
+
+def _exit_status(celery_status: int, was_draining: bool) -> int:
+    """0 only for a drain that Celery ended cleanly; the reason goes on the last log line."""
+    if was_draining and celery_status == 0:
+        log.info("worker stopped: drained after SIGTERM or SIGINT; exit status 0")
+        return 0
+    status = celery_status or 1
+    reason = "after a drain" if was_draining else "without being asked to (see the error above)"
+    log.error("worker stopped: Celery ended with status %s %s; exit status %d", celery_status, reason, status)
+    return status
+

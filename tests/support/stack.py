@@ -35,6 +35,13 @@ class Stack:
 
     def start_worker(self, model: str = "minilm", *, timeout_s: float = 180.0,
                      env: dict[str, str] | None = None, metrics_port: int | None = None) -> subprocess.Popen:
+        process = self.spawn_worker(model, env=env, metrics_port=metrics_port)
+        wait_ready(process, timeout_s)
+        return process
+
+    def spawn_worker(self, model: str = "minilm", *, env: dict[str, str] | None = None,
+                     metrics_port: int | None = None) -> subprocess.Popen:
+        """A worker process, started and not waited for (see wait_ready)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.data_dir / f"worker-{len(self.workers)}.log"
         log = open(log_path, "wb")
@@ -44,11 +51,6 @@ class Stack:
                                    env=env, stdout=log, stderr=subprocess.STDOUT)
         process.log_path = log_path
         self.workers.append(process)
-        deadline = time.monotonic() + timeout_s
-        while b" ready." not in log_path.read_bytes():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker did not start:\n{log_path.read_text()[-4000:]}")
-            time.sleep(0.2)
         return process
 
     def stop_workers(self) -> None:
@@ -65,6 +67,15 @@ class Stack:
 
     def worker_logs(self) -> str:
         return "\n".join(Path(p.log_path).read_text()[-3000:] for p in self.workers)
+
+
+def wait_ready(process: subprocess.Popen, timeout_s: float = 180.0) -> None:
+    """Until the worker logs that Celery is ready; RuntimeError with its log if it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while b" ready." not in Path(process.log_path).read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"worker did not start:\n{Path(process.log_path).read_text()[-4000:]}")
+        time.sleep(0.2)
 
 
 def free_port() -> int:
