@@ -139,8 +139,18 @@ def test_a_database_error_at_each_point_is_waited_out(tmp_path, point):
 
 
 def postgres(action: str) -> None:
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", action,
-                    *(["-m", "fast"] if action == "stop" else [])], check=True, timeout=60)
+    """Stop or start the local cluster; "start" returns once it accepts connections (it
+    may be running already: pg_ctlcluster then exits 2, which is fine)."""
+    command = ["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", action]
+    if action == "stop":
+        subprocess.run([*command, "-m", "fast"], check=True, timeout=60)
+        return
+    subprocess.run(command, timeout=60)
+    deadline = time.monotonic() + 60
+    while subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("PostgreSQL did not come back")
+        time.sleep(0.2)
 
 
 def postgres_outage_at(flag: Path, timeout_s: float = 120) -> None:
