@@ -127,15 +127,19 @@ class ShardStore:
     def fail_shard(self, job_id: str, shard_index: int, token: str, error: str) -> tuple[bool, bool]:
         return self._finish_shard(job_id, shard_index, token, ShardStatus.FAILED, error=error)
 
-    def release_shard(self, job_id: str, shard_index: int, token: str, error: str | None) -> bool:
+    def release_shard(self, job_id: str, shard_index: int, token: str, error: str | None, *,
+                      counts_as_attempt: bool = True) -> bool:
         """Give a running shard back for another attempt (a retryable failure, or a
-        worker draining). The caller sends it to the broker again."""
+        worker draining). The caller sends it to the broker again. An attempt that met
+        an outage (queueing.transient) is given back uncounted, so no number of outages
+        dead-letters a shard."""
         with self._job_transaction(job_id) as (conn, _job):
             shard = self._shard_row(conn, job_id, shard_index)
             if shard.token != token or ShardStatus(shard.status) != ShardStatus.RUNNING:
                 return False
+            attempt = shard.attempt if counts_as_attempt else max(shard.attempt - 1, 0)
             self._update_shard(conn, job_id, shard_index, status=int(ShardStatus.PENDING), token=None,
-                               error=error, lease_expires_at=None, queued_at=time.time())
+                               error=error, lease_expires_at=None, queued_at=time.time(), attempt=attempt)
         return True
 
     def reclaim_expired(self, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS, now: float | None = None) -> list[Reclaimed]:

@@ -30,6 +30,7 @@ from queueing.result_cache import CacheWrite, ResultCache, merge_cached
 from queueing.results import ROW_INDEX_COLUMN, build_table
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
+from queueing.transient import is_transient, retrying
 from queueing.shard_rows import read_rows, with_row_errors
 from queueing.usage import ShardUsage, shard_usage
 from storage.manifest import decode_schema
@@ -39,6 +40,7 @@ from storage.write import PartInfo, part_name, write_part
 log = logging.getLogger("barge.worker")
 
 RETRY_BASE_S = 2.0
+TRANSIENT_RETRY_DELAY_S = 10.0   # a shard that met an outage is sent again this much later
 
 
 class AttemptStopped(Exception):
@@ -247,10 +249,19 @@ def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClai
     usage = shard_usage(job.model_key, job.spec.mode, outputs,
                         runtime.engine_settings(job.model_key, job.spec.mode, job.spec.quantization))
     rows_failed = usage.rows_failed
-    is_committed, job_is_ready = runtime.store.commit_shard(
-        job.id, shard_index, claim.token, part=dataclasses.asdict(written.part),
-        rows_succeeded=len(outputs) - rows_failed + written.rows_reused, rows_failed=rows_failed,
-        events=shard_events(job), num_tokens=usage.num_tokens, engine=usage.engine, rows_reused=written.rows_reused)
+
+    def commit() -> tuple[bool, bool]:
+        return runtime.store.commit_shard(
+            job.id, shard_index, claim.token, part=dataclasses.asdict(written.part),
+            rows_succeeded=len(outputs) - rows_failed + written.rows_reused, rows_failed=rows_failed,
+            events=shard_events(job), num_tokens=usage.num_tokens, engine=usage.engine,
+            rows_reused=written.rows_reused)
+
+    # Fenced by the claim's token, so retrying through an outage cannot commit twice (a
+    # commit whose answer was lost reads as "lost" here; the job's owner then finalizes
+    # it). Past the retries the lease lapses and another attempt rewrites the same part.
+    is_committed, job_is_ready = retrying(f"job {job.id} shard {shard_index}: commit", commit,
+                                          within_s=runtime.options.transient_retry_s)
     if not is_committed:
         log.warning("job %s shard %d: attempt %d lost its claim; its part is not committed",
                     job.id, shard_index, claim.attempt)
@@ -277,6 +288,12 @@ def _handle_failure(runtime: Runtime, job: JobRecord, shard_index: int, claim: S
                     exc: Exception) -> ShardOutcome:
     error = f"{type(exc).__name__}: {exc}"
     store = runtime.store
+    if is_transient(exc):   # an outage, not the shard: retried, never dead-lettered for it
+        log.warning("job %s shard %d attempt %d met a transient error, will retry (not counted): %s", job.id,
+                    shard_index, claim.attempt, error)
+        if store.release_shard(job.id, shard_index, claim.token, error, counts_as_attempt=False):
+            runtime.send_shards(job, [shard_index], countdown=TRANSIENT_RETRY_DELAY_S)
+        return ShardOutcome("retrying")
     if claim.attempt < runtime.options.max_attempts:
         log.warning("job %s shard %d attempt %d failed, will retry: %s", job.id, shard_index, claim.attempt, error)
         if store.release_shard(job.id, shard_index, claim.token, error):
