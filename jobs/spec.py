@@ -43,6 +43,10 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "stop": ((list, tuple), "a list of strings"),
         "stop_token_ids": ((list, tuple), "a list of token ids"),
         "ignore_eos": ((bool,), "a boolean"),
+        # jobs.chat: strings become a user message (after system_prompt), rendered with the
+        # model's chat template; a column of chat messages is rendered whatever these say
+        "chat": ((bool,), "a boolean (true: render each string as a user message with the chat template)"),
+        "system_prompt": ((str, type(None)), "a string sent as the system message before each row, or null"),
     },
     # engine.whisper.TranscribeParams; values are checked there too (jobs.validate)
     "transcribe": {
@@ -212,6 +216,8 @@ class JobSpec:
             raise JobSpecError("params.output_dtype", f'must be "float32" or "float16", got {self.params["output_dtype"]!r}')
         if self.params.get("prompt") is not None and self.params.get("prompt_name") is not None:
             raise JobSpecError("params.prompt_name", "give prompt or prompt_name, not both")
+        if self.params.get("system_prompt") is not None and not self.params.get("chat"):
+            raise JobSpecError("params.system_prompt", "applies to chat prompts: set params.chat to true")
 
     @property
     def inputs(self) -> list[str]:

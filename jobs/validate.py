@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from jobs.chat import without_chat_params
 from jobs.models import ModelRef, model_mode, resolve_model
 from jobs.spec import JobSpec, JobSpecError
 from storage.errors import InputError, OutputError
 from storage.manifest import encode_schema, is_committed
 from storage.plan import InputInfo, inspect_input
 from storage.schemas import output_schema
+from storage.text import is_messages_type
 from storage.write import check_writable
 
 ROW_INDEX_FIELD = pa.field("row_index", pa.int64())   # the id column when a job names none
@@ -51,6 +53,7 @@ def check_job(spec: JobSpec) -> CheckedJob:
     _check_quant_check(spec, model)
     if spec.mode == "transcribe":
         _check_audio_column(spec, info)
+    _check_messages_column(spec, info)
     id_field = info.schema.field(spec.id_column) if spec.id_column else ROW_INDEX_FIELD
     # Outside the try: a JobSpecError is a ValueError, and its field must not become id_column's.
     dimensions = _dimensions(spec, model)
@@ -166,9 +169,19 @@ def _check_audio_column(spec: JobSpec, info: InputInfo) -> None:
                                            "job needs audio bytes (binary) or audio file paths/URLs (string)")
 
 
+def _check_messages_column(spec: JobSpec, info: InputInfo) -> None:
+    """Chat messages are prompts: only a generate job renders them (jobs.chat)."""
+    field = info.schema.field(spec.input_column) if spec.input_column in info.schema.names else None
+    if spec.mode != "generate" and field is not None and is_messages_type(field.type):
+        raise JobSpecError("input_column", f"column {spec.input_column!r} holds chat messages ({field.type}); "
+                                           f"only a generate job takes messages, a {spec.mode} job needs text")
+
+
 def sampling_kwargs(params: dict) -> dict:
-    """A generate job's params as engine.SamplingParams keywords (lists become tuples)."""
-    return {name: tuple(value) if isinstance(value, list) else value for name, value in params.items()}
+    """A generate job's params as engine.SamplingParams keywords (lists become tuples; the
+    chat params shape the prompt instead, jobs.chat)."""
+    return {name: tuple(value) if isinstance(value, list) else value
+            for name, value in without_chat_params(params).items()}
 
 
 def _input_field(message: str, spec: JobSpec) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from jobs.chat import chat_prompts
 from jobs.records import JobRecord
 from jobs.validate import read_columns
 from storage.fs import redact
@@ -37,6 +38,8 @@ def read_rows(job: JobRecord, shard: ShardPlan) -> ShardRows:
     column = table.column(spec.input_column)
     # Audio comes as bytes or paths: only text is decoded.
     inputs, errors = (column.to_pylist(), {}) if spec.mode == "transcribe" else text_values(column)
+    if spec.mode == "generate":   # strings as chat messages when the job asks (jobs.chat)
+        inputs = chat_prompts(inputs, spec.params)
     if spec.id_column:
         ids = table.column(spec.id_column).combine_chunks()
         for row in _null_rows(ids):

@@ -19,7 +19,7 @@ from storage.footer import Footer, open_parquet, read_footer
 from storage.ids import IdSummary, summarize_ids
 from storage.fs import describe, redact, resolve
 from storage.listing import ListedFile, list_inputs
-from storage.text import TEXT_TYPES, is_text_type
+from storage.text import TEXT_TYPES, is_messages_type, is_text_type
 from storage.work import TOKENS, estimate_work, work_unit
 
 # The role whose column feeds the engine's text: it must hold strings.
@@ -183,7 +183,8 @@ def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_c
             raise InputError(f"{redact(url)}: column {name!r} ({what}) is not in the file; "
                              f"its columns are: {', '.join(schema.names)}")
     text_column = columns.get(TEXT_ROLE)
-    if check_types and text_column is not None and not is_text_type(schema.field(text_column).type):
+    column_type = schema.field(text_column).type if text_column is not None else None
+    if check_types and text_column is not None and not (is_text_type(column_type) or is_messages_type(column_type)):
         raise InputError(f"{redact(url)}: column {text_column!r} (the {TEXT_ROLE}) has type "
                          f"{schema.field(text_column).type}; it must hold text: {TEXT_TYPES}")
 

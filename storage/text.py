@@ -3,20 +3,31 @@ strings, and UTF-8 in binary columns, all read as Python strings.
 
 pandas writes a `category` column dictionary-encoded; newer Arrow and Polars write
 `string_view`; some writers store text as `binary`. A binary value that is not
-UTF-8 is that row's error, never the shard's.
+UTF-8 is that row's error, never the shard's. A list of {role, content} structs (chat
+messages) reads as Python lists of dicts; only a generate job may name one (jobs.validate).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-TEXT_TYPES = "string, large_string, string_view, binary holding UTF-8, or a dictionary of those"
+TEXT_TYPES = ("string, large_string, string_view, binary holding UTF-8, or a dictionary of those "
+              "(a generate job's column may hold chat messages: a list of {role, content} structs)")
 
 
 def is_text_type(column_type: pa.DataType) -> bool:
     if pa.types.is_dictionary(column_type):
         return is_text_type(column_type.value_type)
     return _is_string(column_type) or _is_binary(column_type)
+
+
+def is_messages_type(column_type: pa.DataType) -> bool:
+    """Chat messages as OpenAI's `messages`: a list of structs with string `role` and `content`."""
+    if not (pa.types.is_list(column_type) or pa.types.is_large_list(column_type)):
+        return False
+    item = column_type.value_type
+    return (pa.types.is_struct(item) and all(item.get_field_index(name) >= 0 and _is_string(item.field(name).type)
+                                             for name in ("role", "content")))
 
 
 def text_values(column: pa.Array | pa.ChunkedArray) -> tuple[list[str | None], dict[int, str]]:
