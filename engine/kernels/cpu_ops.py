@@ -15,6 +15,7 @@ PyTorch paths, which give the same results.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
@@ -22,6 +23,8 @@ import platform
 import shutil
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -90,10 +93,39 @@ def _build() -> bool:
     if shutil.which("ninja") is None:   # the ninja wheel installs next to this interpreter
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     try:
-        cpp_extension.load(name=_build_name(), sources=[str(source) for source in SOURCES], is_python_module=False,
-                           extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"])
+        build_directory = build_folder()
+        with _one_builder_at_a_time(build_directory):
+            cpp_extension.load(name=_build_name(), sources=[str(source) for source in SOURCES],
+                               build_directory=str(build_directory), is_python_module=False,
+                               extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"])
     except Exception as error:      # noqa: BLE001 - any build failure leaves the PyTorch path
         log.warning("CPU kernels could not be built (%s); attention takes its PyTorch paths",
                     str(error).splitlines()[0] if str(error) else type(error).__name__)
         return False
     return True
+
+
+def build_folder() -> Path:
+    """Where the build lives: TORCH_EXTENSIONS_DIR (else torch's default root) / the build's name."""
+    from torch.utils import cpp_extension
+    folder = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()) / _build_name()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@contextmanager
+def _one_builder_at_a_time(build_directory: Path) -> Iterator[None]:
+    """NOTE: torch's builder keeps other processes out with a lock *file* (FileBaton,
+    `lock` in the build folder) that it deletes when done. A process killed while it holds
+    it — a worker SIGKILLed or OOM-killed as it starts — leaves the file behind, and every
+    later process waits on it for ever: each worker of the machine hangs at its first
+    engine call, holding its shard's lease. An flock is released by the kernel when its
+    holder dies, so builders take one first; a baton file found under it is a dead
+    builder's, and is removed."""
+    with open(build_directory.with_name(build_directory.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            (build_directory / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
