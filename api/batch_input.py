@@ -1,0 +1,270 @@
+"""An OpenAI batch input file, checked line by line before anything is queued.
+
+Each line is {"custom_id", "method": "POST", "url": ENDPOINT, "body": {...}} with the
+body of the synchronous endpoint. A file that breaks a rule is refused as OpenAI refuses
+it: the batch is `failed` with one error per bad line ({code, message, param, line},
+lines counted from 1), and no job is made. A good file becomes `BatchRequests`: one row
+per prompt or embedding input (a line may hold several: a list `input` or `prompt`),
+the Barge params they share, and what formatting each line asks for.
+
+NOTE: a Barge job has one model and one set of sampling params, so every line of a
+batch must ask for the same ones (OpenAI requires one model per batch too; per-line
+sampling params are not supported yet and are refused, naming the line).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+EMBEDDINGS = "/v1/embeddings"
+ENDPOINTS = (CHAT, COMPLETIONS, EMBEDDINGS)
+ENDPOINT_MODES = {CHAT: "generate", COMPLETIONS: "generate", EMBEDDINGS: "embed"}
+
+MAX_REQUESTS = 50_000          # lines per file, as OpenAI
+MAX_EMBEDDING_INPUTS = 50_000  # inputs over all lines of an embeddings batch, as OpenAI
+DEFAULT_MAX_TOKENS = 1024      # OpenAI's default is "until the context is full"; a batch needs a bound
+ROLES = ("system", "developer", "user", "assistant")
+
+# Body fields each endpoint takes, beyond model and its prompt; any other is refused by
+# name rather than ignored (a silently ignored `logprobs` would be a wrong answer).
+SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n")
+ACCEPTED_FIELDS = {
+    CHAT: {"model", "messages", "user", "store", "stream", *SAMPLING_FIELDS},
+    COMPLETIONS: {"model", "prompt", "user", "stream", *SAMPLING_FIELDS},
+    EMBEDDINGS: {"model", "input", "dimensions", "encoding_format", "user"},
+}
+
+
+@dataclass(frozen=True)
+class LineError:
+    """One entry of a failed batch's `errors.data`."""
+
+    code: str
+    message: str
+    line: int | None = None
+    param: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message, "param": self.param, "line": self.line}
+
+
+@dataclass
+class BatchRequests:
+    """A valid batch: its rows in order, and what is shared or per line."""
+
+    endpoint: str
+    model: str
+    params: dict                                   # the job's params (engine sampling or embed options)
+    custom_ids: list[str] = field(default_factory=list)       # line index -> custom_id
+    encodings: list[str] = field(default_factory=list)        # line index -> "float" | "base64" (embeddings)
+    row_lines: list[int] = field(default_factory=list)        # row -> line index (0-based)
+    row_items: list[int] = field(default_factory=list)        # row -> position in its line's input list
+    row_inputs: list = field(default_factory=list)            # row -> prompt text, messages, or text to embed
+
+    @property
+    def num_lines(self) -> int:
+        return len(self.custom_ids)
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, message: str, param: str | None = None):
+        super().__init__(message)
+        self.error = LineError(code, message, param=param)
+
+
+def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str]) -> BatchRequests | list[LineError]:
+    """The file's requests, or every error found (each naming its line).
+    `known_models`: model name -> the mode it serves ("generate", "embed", ...)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return [LineError("invalid_file", f"the file is not UTF-8 text ({error.reason} at byte {error.start})")]
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
+        return [LineError("empty_file", "the file has no requests")]
+    if len(lines) > MAX_REQUESTS:
+        return [LineError("too_many_requests", f"the file has {len(lines)} requests; a batch takes at most "
+                                               f"{MAX_REQUESTS}")]
+    batch: BatchRequests | None = None
+    errors: list[LineError] = []
+    first_line: dict[str, int] = {}                # custom_id -> line it first appeared on
+    for number, line in lines:
+        try:
+            request = _parse_line(line, endpoint)
+            custom_id = request["custom_id"]
+            if custom_id in first_line:
+                raise _Refused("duplicate_custom_id", f"the custom_id {custom_id!r} is a duplicate of line "
+                                                      f"{first_line[custom_id]}'s; custom_id must be unique in a batch",
+                               "custom_id")
+            first_line[custom_id] = number
+            batch = _add_request(batch, request, endpoint, known_models, number)
+        except _Refused as refused:
+            errors.append(LineError(refused.error.code, refused.error.message, line=number, param=refused.error.param))
+    if errors:
+        return errors
+    if endpoint == EMBEDDINGS and len(batch.row_inputs) > MAX_EMBEDDING_INPUTS:
+        return [LineError("too_many_inputs", f"the batch has {len(batch.row_inputs)} embedding inputs; at most "
+                                             f"{MAX_EMBEDDING_INPUTS}")]
+    return batch
+
+
+def _parse_line(line: str, endpoint: str) -> dict:
+    try:
+        request = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise _Refused("invalid_json_line", f"this line is not valid JSON ({error.msg} at column {error.colno})")
+    if not isinstance(request, dict):
+        raise _Refused("invalid_json_line", "each line must be a JSON object")
+    custom_id = request.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        raise _Refused("missing_required_parameter", "the request has no custom_id (a non-empty string)", "custom_id")
+    if len(custom_id) > 512:
+        raise _Refused("invalid_value", "custom_id is longer than 512 characters", "custom_id")
+    if request.get("method") != "POST":
+        raise _Refused("invalid_value", f"method must be \"POST\", got {request.get('method')!r}", "method")
+    if request.get("url") != endpoint:
+        raise _Refused("mismatched_endpoint", f"the request's url {request.get('url')!r} is not the batch's "
+                                              f"endpoint {endpoint}", "url")
+    if not isinstance(request.get("body"), dict):
+        raise _Refused("missing_required_parameter", "the request has no body object", "body")
+    return request
+
+
+def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, known_models: dict[str, str],
+                 number: int) -> BatchRequests:
+    body = request["body"]
+    unknown = sorted(set(body) - ACCEPTED_FIELDS[endpoint])
+    if unknown:
+        raise _Refused("unsupported_parameter", f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} "
+                                                f"not supported by this server for {endpoint}", f"body.{unknown[0]}")
+    model = _model(body, endpoint, known_models)
+    params = _job_params(body, endpoint)
+    inputs = _inputs(body, endpoint)
+    if batch is None:
+        batch = BatchRequests(endpoint=endpoint, model=model, params=params)
+    elif model != batch.model:
+        raise _Refused("mismatched_model", f"the model {model!r} differs from the batch's {batch.model!r}; "
+                                           "a batch takes one model", "body.model")
+    elif params != batch.params:
+        raise _Refused("mismatched_parameters", f"this line asks for {params}, the first line for {batch.params}; "
+                                                "Barge runs a batch as one job with one set of parameters", "body")
+    line_index = batch.num_lines
+    batch.custom_ids.append(request["custom_id"])
+    batch.encodings.append(body.get("encoding_format", "float"))
+    for item, value in enumerate(inputs):
+        batch.row_lines.append(line_index)
+        batch.row_items.append(item)
+        batch.row_inputs.append(value)
+    return batch
+
+
+def _model(body: dict, endpoint: str, known_models: dict[str, str]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _Refused("missing_required_parameter", "the body has no model", "body.model")
+    mode = known_models.get(model)
+    if mode is None:
+        raise _Refused("model_not_found", f"the model {model!r} does not exist; this server serves "
+                                          f"{', '.join(sorted(known_models)) or 'none'}", "body.model")
+    if mode != ENDPOINT_MODES[endpoint]:
+        raise _Refused("model_not_found", f"the model {model!r} is a model for {mode}, not for {endpoint}",
+                       "body.model")
+    return model
+
+
+def _job_params(body: dict, endpoint: str) -> dict:
+    if endpoint == EMBEDDINGS:
+        dimensions = body.get("dimensions")
+        if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
+                                       or dimensions < 1):
+            raise _Refused("invalid_value", f"dimensions must be a positive integer, got {dimensions!r}",
+                           "body.dimensions")
+        if body.get("encoding_format", "float") not in ("float", "base64"):
+            raise _Refused("invalid_value", "encoding_format must be \"float\" or \"base64\"", "body.encoding_format")
+        return {"dimensions": dimensions} if dimensions is not None else {}
+    return _sampling_params(body)
+
+
+def _sampling_params(body: dict) -> dict:
+    if body.get("stream"):
+        raise _Refused("invalid_value", "stream is not supported in a batch", "body.stream")
+    if body.get("n", 1) != 1:
+        raise _Refused("invalid_value", f"n must be 1, got {body.get('n')!r}", "body.n")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", DEFAULT_MAX_TOKENS))
+    params = {"max_tokens": max_tokens, "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0)}
+    if body.get("seed") is not None:
+        params["seed"] = body["seed"]
+    stop = body.get("stop")
+    if stop is not None:
+        params["stop"] = [stop] if isinstance(stop, str) else stop
+    _check_sampling(params)
+    return params
+
+
+def _check_sampling(params: dict) -> None:
+    max_tokens = params["max_tokens"]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise _Refused("invalid_value", f"max_tokens must be a positive integer, got {max_tokens!r}", "body.max_tokens")
+    for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
+        value = params[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise _Refused("invalid_value", f"{name} must be a number from {low:g} to {high:g}, got {value!r}",
+                           f"body.{name}")
+    if params["top_p"] == 0:
+        raise _Refused("invalid_value", "top_p must be above 0", "body.top_p")
+    seed = params.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise _Refused("invalid_value", f"seed must be a non-negative integer, got {seed!r}", "body.seed")
+    stop = params.get("stop")
+    if stop is not None and (not isinstance(stop, list) or len(stop) > 4
+                             or not all(isinstance(s, str) and s for s in stop)):
+        raise _Refused("invalid_value", "stop must be a string or a list of up to 4 non-empty strings", "body.stop")
+
+
+def _inputs(body: dict, endpoint: str) -> list:
+    if endpoint == CHAT:
+        return [_messages(body.get("messages"))]
+    name = "prompt" if endpoint == COMPLETIONS else "input"
+    value = body.get(name)
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
+        raise _Refused("invalid_value", f"{name} must be a non-empty string or a non-empty list of them "
+                                        "(token ids are not supported)", f"body.{name}")
+    return values
+
+
+def _messages(messages: object) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise _Refused("missing_required_parameter", "messages must be a non-empty list", "body.messages")
+    return [_message(message, index) for index, message in enumerate(messages)]
+
+
+def _message(message: object, index: int) -> dict:
+    param = f"body.messages[{index}]"
+    if not isinstance(message, dict) or message.get("role") not in ROLES:
+        raise _Refused("invalid_value", f"each message needs a role among {', '.join(ROLES)}", param)
+    content = message.get("content")
+    if isinstance(content, list):   # content parts: only text ones
+        if not all(isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+                   for part in content):
+            raise _Refused("invalid_value", "only text content parts are supported", f"{param}.content")
+        content = "".join(part["text"] for part in content)
+    if not isinstance(content, str):
+        raise _Refused("invalid_value", "content must be a string or a list of text parts", f"{param}.content")
+    # developer is OpenAI's newer name for system; chat templates know system
+    return {"role": "system" if message["role"] == "developer" else message["role"], "content": content}
+
+
+MAX_WINDOW_S = 86_400
+
+
+def completion_window_s(window: object) -> int | None:
+    """Seconds of a completion window: OpenAI's "24h", or (a Barge extension) any shorter
+    "<n>h", "<n>m" or "<n>s"; None when it is not one."""
+    if not isinstance(window, str) or len(window) < 2 or not window[:-1].isdigit() or window[-1] not in "hms":
+        return None
+    seconds = int(window[:-1]) * {"h": 3600, "m": 60, "s": 1}[window[-1]]
+    return seconds if 0 < seconds <= MAX_WINDOW_S else None

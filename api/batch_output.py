@@ -1,0 +1,119 @@
+"""A finished job's rows as OpenAI's batch output and error files.
+
+Each input line gets exactly one output line, in input order: in the output file when
+all of its rows succeeded ({"id", "custom_id", "response": {"status_code": 200,
+"request_id", "body"}, "error": null}, the body shaped as the synchronous endpoint
+answers, usage included), else in the error file: a row the engine refused (too long,
+empty) as the endpoint's 400 answer, a line the job never ran (cancelled, expired,
+failed) with `error` {code, message} and no response.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from api.batch_input import CHAT, COMPLETIONS, EMBEDDINGS
+
+# Why a line has no result when its job ended before reaching it.
+UNFINISHED = {
+    "expired": ("batch_expired", "This request could not be executed before the completion window expired."),
+    "cancelled": ("batch_cancelled", "This request was not executed: the batch was cancelled."),
+    "failed": ("batch_failed", "This request was not executed: the batch failed."),
+}
+
+
+@dataclass(frozen=True)
+class RequestRows:
+    """The batch's requests as stored for its job (api.batch_store), line by line."""
+
+    custom_ids: list[str]              # line -> custom_id
+    encodings: list[str]               # line -> "float" | "base64"
+    row_lines: list[int]               # row (the job's row_index) -> line
+    row_items: list[int]               # row -> position in its line's input list
+
+
+@dataclass(frozen=True)
+class BatchOutput:
+    output_lines: list[str]            # JSONL lines of the output file
+    error_lines: list[str]             # JSONL lines of the error file
+    num_completed: int
+    num_failed: int
+
+
+def batch_output(endpoint: str, model: str, requests: RequestRows, results: list[dict | None],
+                 ended: str) -> BatchOutput:
+    """`results`: row -> the job's output row as a dict (None: not run); `ended`: the job's
+    final state ("succeeded", "expired", "cancelled", "failed")."""
+    rows_of_line: list[list[int]] = [[] for _ in requests.custom_ids]
+    for row, line in enumerate(requests.row_lines):
+        rows_of_line[line].append(row)
+    output, errors = [], []
+    for line, rows in enumerate(rows_of_line):
+        line_results = [results[row] for row in rows]
+        custom_id = requests.custom_ids[line]
+        if any(result is None for result in line_results):
+            code, message = UNFINISHED.get(ended, UNFINISHED["failed"])
+            errors.append(_line(custom_id, None, {"code": code, "message": message}))
+        elif any(result["error"] for result in line_results):
+            failed = next(result["error"] for result in line_results if result["error"])
+            errors.append(_line(custom_id, _response(400, {"error": _error_body(failed)}), None))
+        else:
+            body = _body(endpoint, model, line_results, requests.encodings[line])
+            output.append(_line(custom_id, _response(200, body), None))
+    return BatchOutput(output, errors, num_completed=len(output), num_failed=len(errors))
+
+
+def _line(custom_id: str, response: dict | None, error: dict | None) -> str:
+    return json.dumps({"id": f"batch_req_{uuid.uuid4().hex}", "custom_id": custom_id, "response": response,
+                       "error": error}, ensure_ascii=False)
+
+
+def _response(status_code: int, body: dict) -> dict:
+    return {"status_code": status_code, "request_id": uuid.uuid4().hex, "body": body}
+
+
+def _error_body(message: str) -> dict:
+    return {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+
+
+def _body(endpoint: str, model: str, results: list[dict], encoding: str) -> dict:
+    if endpoint == EMBEDDINGS:
+        return _embeddings_body(model, results, encoding)
+    prompt_tokens = sum(result["num_prompt_tokens"] for result in results)
+    completion_tokens = sum(result["num_output_tokens"] for result in results)
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "total_tokens": prompt_tokens + completion_tokens}
+    created = int(time.time())
+    if endpoint == CHAT:
+        result = results[0]
+        choice = {"index": 0, "message": {"role": "assistant", "content": result["text"], "refusal": None},
+                  "logprobs": None, "finish_reason": result["finish_reason"]}
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created,
+                "model": model, "choices": [choice], "usage": usage, "system_fingerprint": None}
+    if endpoint == COMPLETIONS:
+        choices = [{"index": index, "text": result["text"], "logprobs": None, "finish_reason": result["finish_reason"]}
+                   for index, result in enumerate(results)]
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": created, "model": model,
+                "choices": choices, "usage": usage, "system_fingerprint": None}
+    raise ValueError(f"no output shape for endpoint {endpoint!r}")
+
+
+def _embeddings_body(model: str, results: list[dict], encoding: str) -> dict:
+    data = [{"object": "embedding", "index": index, "embedding": _encoded(result["embedding"], encoding)}
+            for index, result in enumerate(results)]
+    num_tokens = sum(result["num_tokens"] for result in results)
+    return {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens}}
+
+
+def _encoded(embedding, encoding: str):
+    values = np.asarray(embedding, dtype=np.float32)
+    if encoding == "base64":   # little-endian float32, as OpenAI's (numpy.frombuffer(..., "float32") reads it)
+        return base64.b64encode(values.astype("<f4").tobytes()).decode("ascii")
+    return values.tolist()

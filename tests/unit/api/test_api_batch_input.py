@@ -1,0 +1,93 @@
+"""parse_batch: a batch file becomes rows and shared params, or OpenAI's line errors."""
+
+import json
+
+import pytest
+
+from api.batch_input import CHAT, COMPLETIONS, DEFAULT_MAX_TOKENS, EMBEDDINGS, completion_window_s, parse_batch
+
+MODELS = {"smollm2": "generate", "qwen3": "generate", "minilm": "embed"}
+
+
+def line(custom_id="a", url=CHAT, **body) -> dict:
+    body = body or {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}]}
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+
+
+def jsonl(*lines) -> bytes:
+    return "".join((text if isinstance(text, str) else json.dumps(text)) + "\n" for text in lines).encode()
+
+
+def errors_of(data: bytes, endpoint=CHAT) -> list[tuple]:
+    result = parse_batch(data, endpoint, MODELS)
+    assert isinstance(result, list), result
+    return [(error.line, error.code, error.param) for error in result]
+
+
+def test_chat_lines_become_message_rows_with_openai_defaults():
+    batch = parse_batch(jsonl(line("a"), line("b", model="smollm2", messages=[
+        {"role": "developer", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+        {"role": "user", "content": "Hi"}])), CHAT, MODELS)
+    assert batch.custom_ids == ["a", "b"] and batch.model == "smollm2"
+    assert batch.params == {"max_tokens": DEFAULT_MAX_TOKENS, "temperature": 1.0, "top_p": 1.0}
+    assert batch.row_inputs[1] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+
+
+def test_sampling_fields_map_to_engine_params():
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 5,
+            "temperature": 0, "top_p": 0.5, "seed": 7, "stop": "\n"}
+    assert parse_batch(jsonl(line(**body)), CHAT, MODELS).params == {
+        "max_tokens": 5, "temperature": 0, "top_p": 0.5, "seed": 7, "stop": ["\n"]}
+
+
+def test_a_list_input_is_one_row_per_item_of_one_line():
+    batch = parse_batch(jsonl(line("e", EMBEDDINGS, model="minilm", input=["x", "y"], encoding_format="base64")),
+                        EMBEDDINGS, MODELS)
+    assert (batch.row_lines, batch.row_items, batch.row_inputs, batch.encodings) == ([0, 0], [0, 1], ["x", "y"],
+                                                                                     ["base64"])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("{oops", (1, "invalid_json_line", None)),
+    ("[1, 2]", (1, "invalid_json_line", None)),
+    (json.dumps({"method": "POST", "url": CHAT, "body": {}}), (1, "missing_required_parameter", "custom_id")),
+    (json.dumps({**line(), "url": "/v1/embeddings"}), (1, "mismatched_endpoint", "url")),
+    (json.dumps({**line(), "method": "GET"}), (1, "invalid_value", "method")),
+    (json.dumps(line(model="gpt-4o", messages=[{"role": "user", "content": "Hi"}])),
+     (1, "model_not_found", "body.model")),
+    (json.dumps(line(model="minilm", messages=[{"role": "user", "content": "Hi"}])),
+     (1, "model_not_found", "body.model")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], logprobs=True)),
+     (1, "unsupported_parameter", "body.logprobs")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], n=2)), (1, "invalid_value", "body.n")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "tool", "content": "Hi"}])),
+     (1, "invalid_value", "body.messages[0]")),
+    (json.dumps(line(model="smollm2", messages=[], temperature=0)), (1, "missing_required_parameter", "body.messages")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], temperature=3)),
+     (1, "invalid_value", "body.temperature")),
+])
+def test_a_bad_line_is_named_with_openais_code(text, expected):
+    assert errors_of(jsonl(text)) == [expected]
+
+
+def test_every_bad_line_is_reported_with_its_number():
+    data = jsonl(line("a"), "{", line("a"), line("b", model="smollm2", messages=[{"role": "user", "content": "x"}],
+                                                  temperature=0))
+    assert errors_of(data) == [(2, "invalid_json_line", None), (3, "duplicate_custom_id", "custom_id"),
+                               (4, "mismatched_parameters", "body")]
+
+
+def test_lines_must_share_one_model():
+    data = jsonl(line("a", COMPLETIONS, model="smollm2", prompt="x"), line("b", COMPLETIONS, model="qwen3", prompt="y"))
+    assert errors_of(data, COMPLETIONS) == [(2, "mismatched_model", "body.model")]
+
+
+def test_a_file_that_is_not_utf8_or_empty_is_refused_whole():
+    assert errors_of(b"\xff\xfe") == [(None, "invalid_file", None)]
+    assert errors_of(b"\n\n") == [(None, "empty_file", None)]
+
+
+@pytest.mark.parametrize("window, seconds", [("24h", 86_400), ("30m", 1800), ("20s", 20), ("25h", None),
+                                             ("0s", None), ("1d", None), ("h", None), (24, None)])
+def test_completion_window(window, seconds):
+    assert completion_window_s(window) == seconds

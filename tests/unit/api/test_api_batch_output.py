@@ -1,0 +1,63 @@
+"""batch_output: one output line per input line, in the output or the error file."""
+
+import base64
+import json
+
+import numpy as np
+
+from api.batch_output import RequestRows, batch_output
+
+
+def generated(text="Paris.", error=None):
+    return {"text": text, "finish_reason": "stop", "num_prompt_tokens": 5, "num_output_tokens": 2, "error": error}
+
+
+def requests(custom_ids, row_lines, encodings=None):
+    items = [row_lines[:i].count(line) for i, line in enumerate(row_lines)]
+    return RequestRows(custom_ids, encodings or ["float"] * len(custom_ids), row_lines, items)
+
+
+def test_a_succeeded_chat_line_is_a_200_with_the_chat_completion_and_usage():
+    made = batch_output("/v1/chat/completions", "smollm2", requests(["a"], [0]), [generated()], "succeeded")
+    line = json.loads(made.output_lines[0])
+    assert (made.num_completed, made.num_failed, made.error_lines) == (1, 0, [])
+    assert line["custom_id"] == "a" and line["id"].startswith("batch_req_") and line["error"] is None
+    body = line["response"]["body"]
+    assert line["response"]["status_code"] == 200 and body["object"] == "chat.completion"
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "Paris.", "refusal": None}
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+
+
+def test_a_row_error_is_the_endpoints_400_in_the_error_file():
+    made = batch_output("/v1/completions", "smollm2", requests(["a", "b"], [0, 1]),
+                        [generated(), generated(None, "prompt has 9000 tokens")], "succeeded")
+    line = json.loads(made.error_lines[0])
+    assert (made.num_completed, made.num_failed) == (1, 1) and line["custom_id"] == "b"
+    assert line["response"]["status_code"] == 400
+    assert line["response"]["body"]["error"]["message"] == "prompt has 9000 tokens"
+
+
+def test_lines_an_ended_job_never_ran_carry_its_reason():
+    made = batch_output("/v1/chat/completions", "smollm2", requests(["a", "b", "c"], [0, 1, 2]),
+                        [generated(), None, None], "expired")
+    codes = [json.loads(line)["error"]["code"] for line in made.error_lines]
+    assert codes == ["batch_expired", "batch_expired"] and made.num_completed == 1
+    assert [json.loads(line)["response"] for line in made.error_lines] == [None, None]
+
+
+def test_a_line_with_several_inputs_is_complete_only_with_all_of_them():
+    rows = [{"embedding": [1.0, 0.0], "num_tokens": 3, "error": None}, None]
+    made = batch_output("/v1/embeddings", "minilm", requests(["a"], [0, 0]), rows, "cancelled")
+    assert made.num_failed == 1 and json.loads(made.error_lines[0])["error"]["code"] == "batch_cancelled"
+
+
+def test_embeddings_in_float_and_base64():
+    vector = [0.25, -0.5, 0.1]
+    rows = [{"embedding": vector, "num_tokens": 3, "error": None}] * 2
+    made = batch_output("/v1/embeddings", "minilm", requests(["f", "b"], [0, 1], ["float", "base64"]), rows,
+                        "succeeded")
+    as_float, as_base64 = (json.loads(line)["response"]["body"] for line in made.output_lines)
+    assert as_float["data"][0]["embedding"] == np.asarray(vector, np.float32).tolist()
+    decoded = np.frombuffer(base64.b64decode(as_base64["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_array_equal(decoded, np.asarray(vector, np.float32))
+    assert as_float["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
