@@ -8,6 +8,7 @@
     barge schedule add | list | runs | pause | resume | run-now | remove | prune;  barge beat
     barge demo
     barge quantize SRC DST [--scheme fp8|fp8-block] | eval-quant MODEL   (engine/quant/)
+    barge serve | api-key create|list|revoke   (the OpenAI Files and Batches API, api/)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import sys
 
+from jobs.api_key_cli import add_api_commands
 from jobs.client import Client, JobFailed
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
@@ -50,8 +52,11 @@ def _parser() -> argparse.ArgumentParser:
 
     submit = commands.add_parser("submit", help="validate and queue a job")
     submit.add_argument("--mode", default="embed")
-    submit.add_argument("--model", required=True, help="registered model name or model folder")
-    submit.add_argument("--input", required=True, action="append", help="Parquet path, URL, glob or folder (repeatable)")
+    submit.add_argument("--model", help="registered model name or model folder (an OpenAI batch file names its own)")
+    submit.add_argument("--input", required=True, action="append", help="Parquet path, URL, glob or folder (repeatable),"
+                                                                        " or an OpenAI batch file (.jsonl)")
+    submit.add_argument("--format", choices=["parquet", "openai"],
+                        help="the input's format; default: openai for one .jsonl file, else parquet")
     submit.add_argument("--output", required=True)
     submit.add_argument("--input-column", default="text")
     submit.add_argument("--id-column")
@@ -116,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     add_secret_commands(commands)
     add_schedule_commands(commands)
     add_quant_commands(commands)
+    add_api_commands(commands)
 
     demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
     demo.add_argument("--rows", type=int, default=10_000)
@@ -125,6 +131,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _submit(args) -> int:
+    from api.local_batch import is_openai_input
+    if is_openai_input(args.input, args.format):
+        return _submit_openai(args)
     if args.dry_run:
         from jobs.dry_run import dry_run
         print(dry_run(submitted_spec(args)).describe())
@@ -136,6 +145,24 @@ def _submit(args) -> int:
     if args.wait:
         _print_status(job.wait(progress=True))
     return 0
+
+
+def _submit_openai(args) -> int:
+    """An OpenAI batch file: the same checks as the API's, then output.jsonl in the output folder."""
+    from api.local_batch import OUTPUT_NAME, submit_jsonl, write_jsonl_output
+    job = submit_jsonl(Client(), args.input[0], args.output, if_exists=args.if_exists,
+                       max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
+                       expires_after_s=args.expires_after, webhook_url=args.webhook_url)
+    print(f"job {job.id} queued")
+    if job.webhook_secret:
+        print(f"webhook secret (shown once): {job.webhook_secret}")
+    if not args.wait:
+        return 0
+    state = job.wait(progress=True)
+    _print_status(state)
+    made = write_jsonl_output(job)
+    print(f"  {OUTPUT_NAME}: {made.num_completed} requests succeeded, {made.num_failed} failed")
+    return 0 if state.status.name == "SUCCEEDED" else 1
 
 
 def submitted_spec(args) -> JobSpec:

@@ -1,0 +1,85 @@
+"""`barge submit --input batch.jsonl`: an OpenAI batch file run as a job from the command
+line, with no server and no key, and its answers written as OpenAI's output JSONL.
+
+    OUTPUT/requests.parquet     the file's requests (api.batch_store), the job's input
+    OUTPUT/part-*.parquet ...   the job's own output
+    OUTPUT/output.jsonl         one line per request that succeeded (api.batch_output)
+    OUTPUT/errors.jsonl         Barge's failed rows; OUTPUT/output_errors.jsonl: the failed requests
+"""
+
+from __future__ import annotations
+
+import json
+
+from api.batch_input import ENDPOINT_MODES, LineError, parse_batch
+from api.batch_output import BatchOutput, batch_output
+from api.batch_store import read_requests, write_requests
+from jobs.client import Client, Job
+from jobs.spec import JobSpec, JobSpecError
+from jobs.status import JobStatus
+from storage.fs import resolve
+from storage.manifest import is_committed, read_results
+from storage.write import write_bytes_atomic
+
+OUTPUT_NAME = "output.jsonl"
+ERROR_OUTPUT_NAME = "output_errors.jsonl"
+MAX_ERRORS_SHOWN = 5
+
+
+def is_openai_input(inputs: list[str], input_format: str | None) -> bool:
+    return input_format == "openai" or (input_format is None and len(inputs) == 1 and inputs[0].endswith(".jsonl"))
+
+
+def submit_jsonl(client: Client, source: str, output: str, **spec_fields) -> Job:
+    """Check every line of the file (JobSpecError naming the first bad lines), store its
+    requests as the job's Parquet input in OUTPUT, and submit the job."""
+    from api.service import served_models
+    if spec_fields.get("if_exists", "error") == "error" and is_committed(output):
+        raise JobSpecError("output", f"{output} already holds a committed result (_SUCCESS); choose another output "
+                                     "or submit with if_exists='replace'")
+    fs, path = resolve(source)
+    data = fs.cat_file(path)
+    parsed = parse_batch(data, _endpoint(data), served_models())
+    if isinstance(parsed, list):
+        raise JobSpecError("input", _describe(parsed))
+    spec = JobSpec(mode=ENDPOINT_MODES[parsed.endpoint], model=parsed.model, input=write_requests(output, parsed),
+                   output=output, input_column="input", params=parsed.params,
+                   metadata={"openai_endpoint": parsed.endpoint}, **spec_fields)
+    return client.submit(spec)
+
+
+def write_jsonl_output(job: Job) -> BatchOutput:
+    """A finished job's OUTPUT/output.jsonl and output_errors.jsonl."""
+    state = job.status()
+    spec = job.client.store.get_job(job.id).spec
+    requests = read_requests(spec.output)
+    results: list[dict | None] = [None] * len(requests.row_lines)
+    if state.status == JobStatus.SUCCEEDED or state.rows_done:
+        for row in read_results(spec.output, partial=state.status != JobStatus.SUCCEEDED).to_pylist():
+            results[row["row_index"]] = row
+    made = batch_output(spec.metadata["openai_endpoint"], spec.model, requests, results, str(state.status))
+    for name, lines in ((OUTPUT_NAME, made.output_lines), (ERROR_OUTPUT_NAME, made.error_lines)):
+        write_bytes_atomic(spec.output, name, "".join(line + "\n" for line in lines).encode())
+    return made
+
+
+def _endpoint(data: bytes) -> str:
+    """The url of the file's first request (every line must name the same, parse_batch checks)."""
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        if line.strip():
+            try:
+                url = json.loads(line).get("url")
+            except (ValueError, AttributeError):
+                break
+            if url in ENDPOINT_MODES:
+                return url
+            raise JobSpecError("input", f"line 1: url {url!r} is not one of {', '.join(ENDPOINT_MODES)}")
+    raise JobSpecError("input", "the first request is not a JSON object with a url")
+
+
+def _describe(errors: list[LineError]) -> str:
+    shown = "; ".join(f"{'line ' + str(e.line) + ': ' if e.line else ''}{e.code}: {e.message}"
+                      for e in errors[:MAX_ERRORS_SHOWN])
+    more = f" (and {len(errors) - MAX_ERRORS_SHOWN} more)" if len(errors) > MAX_ERRORS_SHOWN else ""
+    return shown + more
+

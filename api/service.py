@@ -1,0 +1,196 @@
+"""What the API's routes do, without HTTP: files and batches of one API key, over the
+job system's client. A batch is a job: create validates the input file and submits a
+job through `jobs.Client`, cancel cancels it, and reading a batch whose job has ended
+writes the batch's output and error files once (`settle`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+from api.batch_input import ENDPOINT_MODES, LineError, completion_window_s, parse_batch
+from api.batch_output import batch_output
+from api.batch_store import batch_folder, read_requests, write_requests
+from api.batch_view import batch_object
+from api.errors import ApiError, not_found
+from jobs.api_batches import ApiBatches, BatchRecord, is_batch_id, new_batch_id, owes_partial_manifest
+from jobs.api_files import ApiFiles, FileRecord
+from jobs.client import Client
+from jobs.models import model_mode, registered_models
+from jobs.spec import JobSpec
+from jobs.status import JobStatus
+from storage.fs import join
+from storage.errors import StorageError
+from storage.manifest import read_results
+
+log = logging.getLogger("barge.api")
+
+MAX_METADATA_PAIRS = 16
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    files_url: str                 # where uploaded and written files, batch inputs and outputs live
+    max_file_bytes: int = 200 * 1024 * 1024     # as OpenAI
+    rows_per_shard: int = 256      # a batch's job: rows per shard (smaller: earlier partial results)
+
+
+class BatchService:
+    def __init__(self, client: Client, settings: ApiSettings):
+        self.client = client
+        self.settings = settings
+        self.files = ApiFiles(client.store.engine, settings.files_url)
+        self.batches = ApiBatches(client.store.engine)
+        self.known_models = served_models()
+
+    # -- files -----------------------------------------------------------------------------
+
+    def upload(self, key_id: str, purpose: str, filename: str, data: bytes) -> FileRecord:
+        if purpose != "batch":
+            raise ApiError(400, f"purpose {purpose!r} is not supported; this server takes \"batch\"", param="purpose")
+        if len(data) > self.settings.max_file_bytes:
+            raise ApiError(400, f"the file has {len(data)} bytes; at most {self.settings.max_file_bytes}", param="file")
+        return self.files.create(key_id, purpose, filename, data)
+
+    def file(self, key_id: str, file_id: str) -> FileRecord:
+        record = self.files.get(key_id, file_id)
+        if record is None:
+            raise not_found("file", file_id)
+        return record
+
+    # -- batches ---------------------------------------------------------------------------
+
+    def create(self, key_id: str, input_file_id: str, endpoint: str, window: str, metadata: dict | None) -> dict:
+        if endpoint not in ENDPOINT_MODES:
+            raise ApiError(400, f"endpoint {endpoint!r} is not supported; one of {', '.join(ENDPOINT_MODES)}",
+                           param="endpoint")
+        window_s = completion_window_s(window)
+        if window_s is None:
+            raise ApiError(400, f"completion_window {window!r} is not supported; \"24h\" (or a shorter \"<n>h\", "
+                                "\"<n>m\", \"<n>s\")", param="completion_window")
+        _check_metadata(metadata)
+        source = self.files.get(key_id, input_file_id)
+        if source is None or source.purpose != "batch":
+            raise not_found("file", input_file_id, param="input_file_id")
+        batch_id = new_batch_id()
+        parsed = parse_batch(self.files.content(source), endpoint, self.known_models)
+        record = BatchRecord(id=batch_id, key_id=key_id, job_id=None, endpoint=endpoint, model=None,
+                             input_file_id=input_file_id, completion_window=window, metadata=metadata or {},
+                             created_at=time.time())
+        if isinstance(parsed, list):   # refused: failed at once, as OpenAI's validation, no job
+            return self._refused(record, parsed, window_s)
+        job_id = self._submit(batch_id, key_id, parsed, window_s, metadata or {})
+        record = self.batches.create(_replace(record, job_id=job_id, model=parsed.model,
+                                              num_requests=parsed.num_lines))
+        return batch_object(record, self.client.store.progress(job_id), window_s)
+
+    def get(self, key_id: str, batch_id: str) -> dict:
+        return self._view(self._record(key_id, batch_id))
+
+    def list(self, key_id: str, after: str | None, limit: int) -> tuple[list[dict], bool]:
+        if after is not None and not is_batch_id(after):
+            raise not_found("batch", after, param="after")
+        records, has_more = self.batches.list(key_id, after=after, limit=limit)
+        return [self._view(record) for record in records], has_more
+
+    def cancel(self, key_id: str, batch_id: str) -> dict:
+        record = self._record(key_id, batch_id)
+        if record.job_id is None or record.settled_at is not None:
+            raise ApiError(409, f"batch {batch_id} is already final; it cannot be cancelled", code="batch_not_cancellable")
+        self.batches.mark_cancelling(batch_id)
+        self.client.job(record.job_id).cancel()   # False: it ended meanwhile, and reads as it ended
+        return self._view(self._record(key_id, batch_id))
+
+    # -- inside ----------------------------------------------------------------------------
+
+    def _record(self, key_id: str, batch_id: str) -> BatchRecord:
+        record = self.batches.get(key_id, batch_id)
+        if record is None:
+            raise not_found("batch", batch_id)
+        return record
+
+    def _refused(self, record: BatchRecord, errors: list[LineError], window_s: int) -> dict:
+        record = _replace(record, errors=[error.to_dict() for error in errors], settled_at=record.created_at)
+        self.batches.create(record)
+        return batch_object(record, None, window_s)
+
+    def _submit(self, batch_id: str, key_id: str, parsed, window_s: int, metadata: dict) -> str:
+        folder = batch_folder(self.settings.files_url, batch_id)
+        spec = JobSpec(mode=ENDPOINT_MODES[parsed.endpoint], model=parsed.model, input=write_requests(folder, parsed),
+                       output=join(folder, "output"), input_column="input", params=parsed.params,
+                       metadata={**metadata, "openai_batch_id": batch_id, "api_key_id": key_id},
+                       expires_after_s=float(window_s), max_rows_per_shard=self.settings.rows_per_shard)
+        return self.client.submit(spec).id
+
+    def _view(self, record: BatchRecord) -> dict:
+        window_s = completion_window_s(record.completion_window)
+        if record.job_id is None:
+            return batch_object(record, None, window_s)
+        job = self.client.store.progress(record.job_id)
+        if job.is_finished and record.settled_at is None and self._settle(record, job.status):
+            record = self.batches.get(record.key_id, record.id)
+        return batch_object(record, job, window_s)
+
+    def _settle(self, record: BatchRecord, status: JobStatus) -> bool:
+        """Write the output and error files of an ended job's batch; False while its
+        partial manifest is still owed (then a later read settles it)."""
+        if status != JobStatus.SUCCEEDED and owes_partial_manifest(self.client.store.engine, record.job_id):
+            return False
+        folder = batch_folder(self.settings.files_url, record.id)
+        requests = read_requests(folder)
+        results: list[dict | None] = [None] * len(requests.row_lines)
+        for row in _job_rows(join(folder, "output"), status):
+            results[row["row_index"]] = row
+        made = batch_output(record.endpoint, record.model, requests, results, str(status))
+        output = self._write_output(record, "output", made.output_lines)
+        errors = self._write_output(record, "errors", made.error_lines)
+        if not self.batches.settle(record.id, output_file_id=output, error_file_id=errors,
+                                   num_completed=made.num_completed, num_failed=made.num_failed):
+            for file_id in (output, errors):   # another reader settled it first: its files stand
+                if file_id is not None:
+                    self.files.delete(record.key_id, file_id)
+        return True
+
+    def _write_output(self, record: BatchRecord, kind: str, lines: list[str]) -> str | None:
+        if not lines:
+            return None
+        data = "".join(line + "\n" for line in lines).encode()
+        return self.files.create(record.key_id, "batch_output", f"{record.id}_{kind}.jsonl", data).id
+
+
+def _job_rows(output: str, status: JobStatus) -> list[dict]:
+    """The job's output rows; none for a job that ended before it committed anything."""
+    try:
+        return read_results(output, partial=status != JobStatus.SUCCEEDED).to_pylist()
+    except (StorageError, OSError, ValueError) as error:
+        if status == JobStatus.SUCCEEDED:
+            raise
+        log.info("%s: no committed rows (%s)", output, error)
+        return []
+
+
+def served_models() -> dict[str, str]:
+    """Registered model name -> the mode it serves; a model path is never taken from a request."""
+    known = {}
+    for name, path in registered_models().items():
+        try:
+            known[name] = model_mode(path)
+        except (OSError, ValueError):   # not there on this machine (yet): not served
+            continue
+    return known
+
+
+def _check_metadata(metadata: object) -> None:
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict) or len(metadata) > MAX_METADATA_PAIRS or not all(
+            isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in metadata.items()):
+        raise ApiError(400, "metadata must be at most 16 string pairs, keys up to 64 and values up to 512 characters",
+                       param="metadata")
+
+
+def _replace(record: BatchRecord, **changes) -> BatchRecord:
+    return dataclasses.replace(record, **changes)

@@ -1,0 +1,318 @@
+"""The OpenAI Batch API, driven by the real `openai` package against a real uvicorn
+server (`barge serve`) and a real worker process on the embedded default: a batch is a
+Barge job, and its answers are the engine's own.
+
+Given keys made with `barge api-key create`, when a client uploads a JSONL file, creates
+a batch, polls it and downloads its files, then the bodies parse as the package's own
+types and equal what `Engine.generate` / `Engine.embed` return for the same input."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai")
+from openai.types import Batch, Completion, CreateEmbeddingResponse  # noqa: E402
+from openai.types.chat import ChatCompletion  # noqa: E402
+
+from jobs import JobSpec, JobStatus  # noqa: E402
+from jobs.models import resolve_model  # noqa: E402
+from tests.support.stack import free_port, stack, wait_ready  # noqa: E402
+
+CHAT_PARAMS = {"max_tokens": 24, "temperature": 0}
+QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 2 + 2?"]
+TEXTS = ["A barge carries coal down the river.", "The lock fills with water.", "Steel and grain travel by canal."]
+LONG_ASK = "Count from 1 to 300, separated by commas."
+SHORT_ASK = "Reply with one word: yes or no?"
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    root = tmp_path_factory.mktemp("openai")
+    # Two rows a shard: a cancelled or expired batch has committed some lines and not others.
+    with stack("embedded", root / "barge", env={"BARGE_API_ROWS_PER_SHARD": "2"}) as deployment:
+        worker = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "worker", "--model", "smollm2",
+                                     "--model", "minilm"], "worker-0.log")
+        deployment.workers.append(worker)
+        port = free_port()
+        server = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
+        deployment.workers.append(server)   # stopped with the workers (SIGTERM)
+        deployment.base_url = f"http://127.0.0.1:{port}/v1"
+        deployment.keys = [_create_key(deployment, name) for name in ("alice", "bob")]
+        wait_ready(worker)
+        _wait_serving(server, deployment.base_url)
+        yield deployment
+
+
+def _spawn(deployment, argv: list[str], log_name: str) -> subprocess.Popen:
+    import os
+    deployment.data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = deployment.data_dir / log_name
+    process = subprocess.Popen(argv, env={**os.environ, **deployment.env}, stdout=open(log_path, "wb"),
+                               stderr=subprocess.STDOUT)
+    process.log_path = log_path
+    return process
+
+
+def _create_key(deployment, name: str) -> str:
+    import os
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", "api-key", "create", "--name", name],
+                          env={**os.environ, **deployment.env}, capture_output=True, text=True, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _wait_serving(server: subprocess.Popen, base_url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            urllib.request.urlopen(base_url + "/batches", timeout=2)
+        except urllib.error.HTTPError:   # 401: up, and asking for a key
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"barge serve did not start:\n{Path(server.log_path).read_text()[-3000:]}")
+
+
+def _client(deployment, key_index: int = 0):
+    return openai.OpenAI(base_url=deployment.base_url, api_key=deployment.keys[key_index], max_retries=0)
+
+
+def _jsonl(lines: list[dict]) -> bytes:
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def _chat_line(custom_id: str, question: str, **params) -> dict:
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": question}], **(params or CHAT_PARAMS)}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def _submit(client, lines: list[dict], endpoint: str, window: str = "24h", **kwargs) -> Batch:
+    uploaded = client.files.create(file=("batch.jsonl", _jsonl(lines)), purpose="batch")
+    return client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window=window, **kwargs)
+
+
+def _poll(client, batch_id: str, until: tuple[str, ...], timeout_s: float = 300.0, deployment=None) -> Batch:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in until:
+            return batch
+        if time.monotonic() > deadline:
+            logs = deployment.worker_logs() if deployment else ""
+            raise AssertionError(f"batch {batch_id} still {batch.status} after {timeout_s}s\n{logs}")
+        time.sleep(0.5)
+
+
+def _lines(client, file_id: str | None) -> list[dict]:
+    if file_id is None:
+        return []
+    return [json.loads(line) for line in client.files.content(file_id).text.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from engine import Engine
+    return Engine.from_pretrained(resolve_model("smollm2").path, mode="generate")
+
+
+def test_chat_batch_completes_with_the_engines_answers(deployment, smollm2):
+    from engine import SamplingParams
+    client = _client(deployment)
+    lines = [_chat_line(f"q-{i}", question) for i, question in enumerate(QUESTIONS)]
+    batch = _submit(client, lines, "/v1/chat/completions", metadata={"run": "e2e"})
+    assert batch.status in ("validating", "in_progress") and batch.metadata == {"run": "e2e"}
+
+    batch = _poll(client, batch.id, ("completed", "failed"), deployment=deployment)
+    assert batch.status == "completed", batch
+    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (3, 3, 0)
+    assert batch.error_file_id is None and batch.completed_at >= batch.created_at
+
+    outputs = {line["custom_id"]: line for line in _lines(client, batch.output_file_id)}
+    expected = smollm2.generate([[{"role": "user", "content": q}] for q in QUESTIONS],
+                                SamplingParams(max_tokens=24, temperature=0.0))
+    for i, want in enumerate(expected):
+        line = outputs[f"q-{i}"]
+        assert line["response"]["status_code"] == 200 and line["error"] is None
+        body = ChatCompletion.model_validate(line["response"]["body"])
+        assert body.choices[0].message.content == want.text
+        assert body.choices[0].message.content.strip()   # rendered with the chat template: an answer, not <|im_end|>
+        assert body.choices[0].finish_reason == want.finish_reason
+        assert body.usage.completion_tokens == len(want.token_ids)
+        assert body.usage.total_tokens == body.usage.prompt_tokens + body.usage.completion_tokens
+
+
+def test_embeddings_batch_equals_engine_embed(deployment):
+    from engine import Engine
+    client = _client(deployment)
+    lines = [{"custom_id": "one", "method": "POST", "url": "/v1/embeddings",
+              "body": {"model": "minilm", "input": TEXTS[0]}},
+             {"custom_id": "many", "method": "POST", "url": "/v1/embeddings",
+              "body": {"model": "minilm", "input": TEXTS[1:], "encoding_format": "base64"}}]
+    batch = _poll(client, _submit(client, lines, "/v1/embeddings").id, ("completed", "failed"), deployment=deployment)
+    assert batch.status == "completed", batch
+
+    bodies = {line["custom_id"]: line["response"]["body"] for line in _lines(client, batch.output_file_id)}
+    for item in bodies["many"]["data"]:   # base64 is decoded by the client, as openai's embeddings.create does
+        item["embedding"] = np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4").tolist()
+    outputs = {custom_id: CreateEmbeddingResponse.model_validate(body) for custom_id, body in bodies.items()}
+    expected = Engine.from_pretrained(resolve_model("minilm").path, mode="embed").embed(TEXTS)
+    np.testing.assert_array_equal(np.asarray(outputs["one"].data[0].embedding, np.float32), expected[0])
+    many = [np.asarray(item.embedding, np.float32) for item in outputs["many"].data]
+    np.testing.assert_array_equal(np.stack(many), expected[1:])
+    assert [item.index for item in outputs["many"].data] == [0, 1]
+    assert outputs["one"].usage.prompt_tokens > 0
+
+
+def test_completions_batch_parses_as_completion(deployment, smollm2):
+    from engine import SamplingParams
+    client = _client(deployment)
+    lines = [{"custom_id": "c", "method": "POST", "url": "/v1/completions",
+              "body": {"model": "smollm2", "prompt": "The river", "max_tokens": 8, "temperature": 0}}]
+    batch = _poll(client, _submit(client, lines, "/v1/completions").id, ("completed", "failed"),
+                  deployment=deployment)
+    body = Completion.model_validate(_lines(client, batch.output_file_id)[0]["response"]["body"])
+    assert body.choices[0].text == smollm2.generate(["The river"], SamplingParams(max_tokens=8, temperature=0))[0].text
+
+
+def test_a_malformed_file_fails_the_batch_line_by_line_and_runs_nothing(deployment):
+    client = _client(deployment)
+    jobs_before = len(deployment.client().jobs(limit=1000))
+    good = _chat_line("a", "Hi")
+    no_id = {key: value for key, value in _chat_line("x", "Hi").items() if key != "custom_id"}
+    unknown_model = _chat_line("c", "Hi")
+    unknown_model["body"]["model"] = "gpt-4o"
+    data = _jsonl([good]) + b"{not json\n" + _jsonl([no_id, _chat_line("a", "again"), unknown_model])
+    uploaded = client.files.create(file=("bad.jsonl", data), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+
+    assert batch.status == "failed" and batch.failed_at is not None
+    errors = [(error.line, error.code, error.param) for error in batch.errors.data]
+    assert errors == [(2, "invalid_json_line", None), (3, "missing_required_parameter", "custom_id"),
+                      (4, "duplicate_custom_id", "custom_id"), (5, "model_not_found", "body.model")]
+    assert client.batches.retrieve(batch.id).status == "failed"
+    assert len(deployment.client().jobs(limit=1000)) == jobs_before   # no job, no GPU time
+
+    with pytest.raises(openai.BadRequestError):   # an endpoint the server does not have
+        client.batches.create(input_file_id=uploaded.id, endpoint="/v1/moderations", completion_window="24h")
+
+
+def test_keys_see_only_their_own_files_and_batches(deployment):
+    alice, bob = _client(deployment, 0), _client(deployment, 1)
+    batch = _submit(alice, [_chat_line("k", "Hi", max_tokens=2, temperature=0)], "/v1/chat/completions")
+
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=deployment.base_url, api_key="sk-barge-wrong", max_retries=0).batches.list()
+    with pytest.raises(openai.NotFoundError):
+        bob.batches.retrieve(batch.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.batches.cancel(batch.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.files.content(batch.input_file_id)
+    with pytest.raises(openai.NotFoundError):   # not an id of ours: never reaches SQL or a path
+        alice.files.retrieve("../../barge.db")
+    assert batch.id not in [b.id for b in bob.batches.list()]
+    assert alice.batches.retrieve(batch.id).id == batch.id
+
+
+def test_list_pages_with_after_and_limit(deployment):
+    client = _client(deployment, 1)
+    created = [_submit(client, [_chat_line("p", "Hi", max_tokens=1, temperature=0)], "/v1/chat/completions").id
+               for _ in range(3)]
+    first = client.batches.list(limit=2)
+    assert [b.id for b in first.data] == created[::-1][:2] and first.has_more
+    assert [b.id for b in client.batches.list(limit=2, after=first.data[-1].id).data] == created[:1]
+    assert [b.id for b in client.batches.list(limit=1)] [:3] == created[::-1]   # auto-pagination
+
+
+def _long_batch(client, window: str = "24h") -> Batch:
+    """Four requests answered in a few tokens, then twenty that run to 400: minutes of work
+    on a CPU, of which the first shards are done within seconds."""
+    lines = [_chat_line(f"n-{i}", SHORT_ASK if i < 4 else LONG_ASK, max_tokens=400, temperature=0)
+             for i in range(24)]
+    return _submit(client, lines, "/v1/chat/completions", window=window)
+
+
+def _assert_partial(client, batch: Batch, code: str) -> None:
+    outputs, errors = _lines(client, batch.output_file_id), _lines(client, batch.error_file_id)
+    assert outputs and errors, batch   # some lines ran, some did not
+    assert sorted(line["custom_id"] for line in outputs + errors) == sorted(f"n-{i}" for i in range(24))
+    assert all(line["error"]["code"] == code and line["response"] is None for line in errors)
+    for line in outputs:
+        ChatCompletion.model_validate(line["response"]["body"])
+    counts = batch.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (24, len(outputs), len(errors))
+
+
+def test_cancel_mid_run_keeps_what_finished(deployment):
+    client = _client(deployment)
+    batch = _long_batch(client)
+    _wait_some_done(client, batch.id)
+    cancelled = client.batches.cancel(batch.id)
+    assert cancelled.status in ("cancelling", "cancelled") and cancelled.cancelling_at is not None
+    batch = _poll(client, batch.id, ("cancelled",), timeout_s=120, deployment=deployment)
+    assert batch.cancelled_at is not None
+    _assert_partial(client, batch, "batch_cancelled")
+    with pytest.raises(openai.ConflictError):
+        client.batches.cancel(batch.id)
+
+
+def test_an_expired_window_keeps_what_finished(deployment):
+    client = _client(deployment)
+    batch = _long_batch(client, window="30s")
+    assert batch.expires_at - batch.created_at == 30
+    batch = _poll(client, batch.id, ("expired", "completed"), timeout_s=180, deployment=deployment)
+    assert batch.status == "expired" and batch.expired_at is not None
+    _assert_partial(client, batch, "batch_expired")
+
+
+def _wait_some_done(client, batch_id: str, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while client.batches.retrieve(batch_id).request_counts.completed < 2:
+        assert time.monotonic() < deadline, "no line finished"
+        time.sleep(0.3)
+
+
+def test_a_native_generate_job_speaks_chat(deployment, smollm2, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from engine import SamplingParams
+    pq.write_table(pa.table({"text": QUESTIONS[:1]}), tmp_path / "questions.parquet")
+    params = {"max_tokens": 16, "temperature": 0.0, "chat": True, "system_prompt": "Answer in one sentence."}
+    job = deployment.client().submit(JobSpec(mode="generate", model="smollm2", input=str(tmp_path / "questions.parquet"),
+                                             output=str(tmp_path / "out"), params=params))
+    assert job.wait(timeout=180).status == JobStatus.SUCCEEDED
+    messages = [{"role": "system", "content": "Answer in one sentence."}, {"role": "user", "content": QUESTIONS[0]}]
+    want = smollm2.generate([messages], SamplingParams(max_tokens=16, temperature=0.0))[0]
+    assert job.results().column("text").to_pylist() == [want.text] and want.text.strip()
+
+
+def test_barge_submit_runs_an_openai_batch_file_and_writes_output_jsonl(deployment, tmp_path):
+    import os
+    source = tmp_path / "batch.jsonl"
+    source.write_bytes(_jsonl([{"custom_id": "e", "method": "POST", "url": "/v1/embeddings",
+                                "body": {"model": "minilm", "input": TEXTS[0]}}]))
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", "submit", "--input", str(source), "--output",
+                           str(tmp_path / "out"), "--wait"], env={**os.environ, **deployment.env},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [line] = [json.loads(text) for text in (tmp_path / "out" / "output.jsonl").read_text().splitlines()]
+    body = CreateEmbeddingResponse.model_validate(line["response"]["body"])
+    assert line["custom_id"] == "e" and len(body.data[0].embedding) == 384
+    assert (tmp_path / "out" / "_SUCCESS").exists() and (tmp_path / "out" / "output_errors.jsonl").read_text() == ""
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"custom_id": "x", "method": "POST", "url": "/v1/embeddings", "body": {"model": "nope", '
+                   '"input": "x"}}\n')
+    refused = subprocess.run([sys.executable, "-m", "jobs.cli", "submit", "--input", str(bad), "--output",
+                              str(tmp_path / "out2")], env={**os.environ, **deployment.env}, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2 and "line 1: model_not_found" in refused.stderr
