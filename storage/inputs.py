@@ -93,7 +93,7 @@ def inspect_input(
     """
     listed = list_inputs(input, storage_options)
     id_column = columns.get("id_column") if summarize_ids else None
-    read = _read_footers([entry.url for entry in listed], storage_options, id_column)
+    read = _read_footers(listed, storage_options, id_column)
     footers = [footer for footer, _ in read]
     first = next((i for i, footer in enumerate(footers) if footer.metadata.num_rows), 0)  # whose types count
     schema = _arrow_schema(listed[first].url, footers[first].metadata)
@@ -120,24 +120,25 @@ def _summarize(id_type: pa.DataType, ids_per_file: list[pa.ChunkedArray | None])
                                           type=id_type))
 
 
-def _read_footers(urls: list[str], storage_options: dict | None,
+def _read_footers(listed: list[ListedFile], storage_options: dict | None,
                   id_column: str | None) -> list[tuple[Footer, pa.ChunkedArray | None]]:
-    """Footers (and id columns) in `urls` order, fetched concurrently: on S3 each costs a round trip or two.
+    """Footers (and id columns) in `listed` order, fetched concurrently: on S3 each costs a round trip or two.
 
-    The first unreadable file in `urls` order raises; footers not yet fetched are dropped.
+    The first unreadable file in `listed` order raises; footers not yet fetched are dropped.
     """
     pool = ThreadPoolExecutor(max_workers=MAX_CONCURRENT_FOOTER_READS)
     try:
-        return list(pool.map(lambda url: _read_footer(url, storage_options, id_column), urls))
+        return list(pool.map(lambda entry: _read_footer(entry, storage_options, id_column), listed))
     finally:
         pool.shutdown(cancel_futures=True)
 
 
-def _read_footer(url: str, storage_options: dict | None,
+def _read_footer(entry: ListedFile, storage_options: dict | None,
                  id_column: str | None) -> tuple[Footer, pa.ChunkedArray | None]:
+    url = entry.url
     fs, path = resolve(url, storage_options)
     try:
-        footer = read_footer(fs, path, url)
+        footer = read_footer(fs, path, url, entry.num_bytes)
         ids = _read_ids(fs, path, footer, id_column) if id_column and footer.metadata.num_rows else None
         return dataclasses.replace(footer, whole_file=None), ids   # a small file's bytes are not kept
     except (pa.ArrowException, OSError) as error:

@@ -18,6 +18,7 @@ class ListedFile:
 
     url: str
     partition: dict[str, str | None] = field(default_factory=dict)  # key -> value, outermost first
+    num_bytes: int = 0  # the size the listing gave; 0 when unknown
 
 
 def list_input_files(input: str | list[str], storage_options: dict | None = None) -> list[str]:
@@ -63,22 +64,23 @@ def _list_one(url: str, storage_options: dict | None) -> list[ListedFile]:
     # fsspec keeps filesystems (and s3fs their listings) for the life of the process; a
     # long-lived planner must see files added since its last job.
     fs.invalidate_cache()
+    # Sizes come with the listing: readers then need no request to ask for them
+    # (fsspec keeps a filesystem, and s3fs its listing cache, per thread).
     if any(char in path for char in _GLOB_CHARS):
-        matches = fs.glob(path, detail=True)
-        paths = sorted(p for p, info in matches.items() if info["type"] == "file")
+        sizes = {p: info.get("size") or 0 for p, info in fs.glob(path, detail=True).items() if info["type"] == "file"}
         root, problem = _glob_root(path), "no files match the pattern"
     elif fs.isdir(path):
-        paths = sorted(p for p in fs.find(path) if _is_data_file(p))
+        sizes = {p: info.get("size") or 0 for p, info in fs.find(path, detail=True).items() if _is_data_file(p)}
         root, problem = path, "the directory holds no *.parquet files"
     elif fs.isfile(path):
-        paths = [path]
+        sizes = {path: fs.info(path).get("size") or 0}
         root, problem = posixpath.dirname(path), ""
     else:
         raise InputError(f"{redact(url)}: no such file or directory")
-    if not paths:
+    if not sizes:
         raise InputError(f"{redact(url)}: {problem}")
     root = partition_root(root)
-    return [ListedFile(url=to_url(fs, p), partition=hive_partition(root, p)) for p in paths]
+    return [ListedFile(url=to_url(fs, p), partition=hive_partition(root, p), num_bytes=sizes[p]) for p in sorted(sizes)]
 
 
 def _glob_root(pattern: str) -> str:

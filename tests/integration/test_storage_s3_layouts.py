@@ -97,3 +97,4 @@ def test_two_thousand_tiny_files_pack_into_a_few_shards(s3, proxy):
     print(f"\n{num_files} tiny files, {size:,} bytes: {len(shards)} shards, {served:,} bytes served "
           f"({served / size:.2f}x: submit's and planning's footer reads, then each file whole once)")
     assert served <= 3.05 * size   # see docs/design.md: the footers are read at submit and at planning
+    assert not proxy.requests("HEAD"), "sizes come from the listing, not a request per file"
