@@ -11,7 +11,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from api.batch_input import ENDPOINT_MODES, LineError, completion_window_s, parse_batch
+from api.batch_input import ENDPOINT_MODES, MAX_REQUESTS, LineError, completion_window_s, parse_batch
 from api.batch_output import batch_output
 from api.batch_store import batch_folder, read_requests, write_requests
 from api.batch_view import batch_object
@@ -53,6 +53,10 @@ class BatchService:
             raise ApiError(400, f"purpose {purpose!r} is not supported; this server takes \"batch\"", param="purpose")
         if len(data) > self.settings.max_file_bytes:
             raise ApiError(400, f"the file has {len(data)} bytes; at most {self.settings.max_file_bytes}", param="file")
+        num_lines = len(data.splitlines())
+        if num_lines > MAX_REQUESTS:
+            raise ApiError(400, f"the file has {num_lines} lines; a batch file holds at most {MAX_REQUESTS} requests",
+                           param="file")
         return self.files.create(key_id, purpose, filename, data)
 
     def file(self, key_id: str, file_id: str) -> FileRecord:

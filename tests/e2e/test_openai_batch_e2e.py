@@ -34,22 +34,31 @@ LONG_ASK = "Count from 1 to 300, separated by commas."
 SHORT_ASK = "Reply with one word: yes or no?"
 
 
+MAX_FILE_BYTES = 1_000_000
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     root = tmp_path_factory.mktemp("openai")
     # Two rows a shard: a cancelled or expired batch has committed some lines and not others.
-    with stack("embedded", root / "barge", env={"BARGE_API_ROWS_PER_SHARD": "2"}) as deployment:
-        worker = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "worker", "--model", "smollm2",
-                                     "--model", "minilm"], "worker-0.log")
-        deployment.workers.append(worker)
-        port = free_port()
-        server = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
-        deployment.workers.append(server)   # stopped with the workers (SIGTERM)
-        deployment.base_url = f"http://127.0.0.1:{port}/v1"
-        deployment.keys = [_create_key(deployment, name) for name in ("alice", "bob")]
-        wait_ready(worker)
-        _wait_serving(server, deployment.base_url)
+    env = {"BARGE_API_ROWS_PER_SHARD": "2", "BARGE_API_MAX_FILE_BYTES": str(MAX_FILE_BYTES)}
+    with stack("embedded", root / "barge", env=env) as deployment:
+        _serve(deployment, ["smollm2", "minilm"])
         yield deployment
+
+
+def _serve(deployment, models: list[str]) -> None:
+    """A worker serving `models`, `barge serve` beside it, and two keys (alice's, bob's)."""
+    worker = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "worker",
+                                 *[arg for model in models for arg in ("--model", model)]], "worker-0.log")
+    deployment.workers.append(worker)
+    port = free_port()
+    server = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
+    deployment.workers.append(server)   # stopped with the workers (SIGTERM)
+    deployment.base_url = f"http://127.0.0.1:{port}/v1"
+    deployment.keys = [_create_key(deployment, name) for name in ("alice", "bob")]
+    wait_ready(worker)
+    _wait_serving(server, deployment.base_url)
 
 
 def _spawn(deployment, argv: list[str], log_name: str) -> subprocess.Popen:
@@ -233,6 +242,17 @@ def test_list_pages_with_after_and_limit(deployment):
     assert [b.id for b in client.batches.list(limit=1)] [:3] == created[::-1]   # auto-pagination
 
 
+def test_uploads_over_the_size_or_line_limits_are_refused(deployment):
+    client = _client(deployment)
+    with pytest.raises(openai.APIStatusError) as too_big:
+        client.files.create(file=("big.jsonl", b"x" * (MAX_FILE_BYTES + 1)), purpose="batch")
+    assert too_big.value.status_code == 413
+    with pytest.raises(openai.BadRequestError, match="at most 50000 requests"):
+        client.files.create(file=("long.jsonl", b"{}\n" * 50_001), purpose="batch")
+    with pytest.raises(openai.BadRequestError):
+        client.files.create(file=("x.jsonl", b"{}\n"), purpose="fine-tune")
+
+
 def _long_batch(client, window: str = "24h") -> Batch:
     """Four requests answered in a few tokens, then twenty that run to 400: minutes of work
     on a CPU, of which the first shards are done within seconds."""
@@ -316,3 +336,19 @@ def test_barge_submit_runs_an_openai_batch_file_and_writes_output_jsonl(deployme
                               str(tmp_path / "out2")], env={**os.environ, **deployment.env}, capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode == 2 and "line 1: model_not_found" in refused.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.rabbitmq
+def test_an_embeddings_batch_on_postgresql_and_rabbitmq(tmp_path):
+    with stack("postgres-rabbitmq", tmp_path / "barge") as deployment:
+        _serve(deployment, ["minilm"])
+        client = _client(deployment)
+        lines = [{"custom_id": f"t{i}", "method": "POST", "url": "/v1/embeddings",
+                  "body": {"model": "minilm", "input": text}} for i, text in enumerate(TEXTS)]
+        batch = _poll(client, _submit(client, lines, "/v1/embeddings").id, ("completed", "failed"),
+                      deployment=deployment)
+        assert batch.status == "completed" and batch.request_counts.completed == 3, batch
+        assert sorted(line["custom_id"] for line in _lines(client, batch.output_file_id)) == ["t0", "t1", "t2"]
+        with pytest.raises(openai.NotFoundError):
+            _client(deployment, 1).batches.retrieve(batch.id)
