@@ -18,9 +18,9 @@ from api.batch_view import batch_object
 from api.errors import ApiError, not_found
 from jobs.api_batches import ApiBatches, BatchRecord, is_batch_id, new_batch_id, owes_partial_manifest
 from jobs.api_files import ApiFiles, FileRecord
-from jobs.client import Client
+from jobs.client import Client, Job
 from jobs.models import model_mode, registered_models
-from jobs.spec import JobSpec
+from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
 from storage.fs import join
 from storage.errors import StorageError
@@ -29,6 +29,10 @@ from storage.manifest import read_results
 log = logging.getLogger("barge.api")
 
 MAX_METADATA_PAIRS = 16
+# metadata keys with a meaning: a webhook for the batch's job (its final event, signed as
+# every Barge webhook), and the secret to verify it, answered once by create
+WEBHOOK_URL_KEY = "webhook_url"
+WEBHOOK_SECRET_KEY = "webhook_secret"
 
 
 @dataclass(frozen=True)
@@ -86,10 +90,13 @@ class BatchService:
                              created_at=time.time())
         if isinstance(parsed, list):   # refused: failed at once, as OpenAI's validation, no job
             return self._refused(record, parsed, window_s)
-        job_id = self._submit(batch_id, key_id, parsed, window_s, metadata or {})
-        record = self.batches.create(_replace(record, job_id=job_id, model=parsed.model,
+        job = self._submit(batch_id, key_id, parsed, window_s, metadata or {})
+        record = self.batches.create(_replace(record, job_id=job.id, model=parsed.model,
                                               num_requests=parsed.num_lines))
-        return batch_object(record, self.client.store.progress(job_id), window_s)
+        created = batch_object(record, self.client.store.progress(job.id), window_s)
+        if job.webhook_secret:   # shown once, in this answer only, as `barge submit` prints it
+            created["metadata"] = {**(created["metadata"] or {}), WEBHOOK_SECRET_KEY: job.webhook_secret}
+        return created
 
     def get(self, key_id: str, batch_id: str) -> dict:
         return self._view(self._record(key_id, batch_id))
@@ -121,13 +128,19 @@ class BatchService:
         self.batches.create(record)
         return batch_object(record, None, window_s)
 
-    def _submit(self, batch_id: str, key_id: str, parsed, window_s: int, metadata: dict) -> str:
+    def _submit(self, batch_id: str, key_id: str, parsed, window_s: int, metadata: dict) -> Job:
+        """The batch's job; a webhook for it when `metadata` names a `webhook_url`."""
         folder = batch_folder(self.settings.files_url, batch_id)
-        spec = JobSpec(mode=ENDPOINT_MODES[parsed.endpoint], model=parsed.model, input=write_requests(folder, parsed),
-                       output=join(folder, "output"), input_column="input", params=parsed.params,
-                       metadata={**metadata, "openai_batch_id": batch_id, "api_key_id": key_id},
-                       expires_after_s=float(window_s), max_rows_per_shard=self.settings.rows_per_shard)
-        return self.client.submit(spec).id
+        try:
+            spec = JobSpec(mode=ENDPOINT_MODES[parsed.endpoint], model=parsed.model,
+                           input=write_requests(folder, parsed), output=join(folder, "output"), input_column="input",
+                           params=parsed.params, metadata={**metadata, "openai_batch_id": batch_id, "api_key_id": key_id},
+                           expires_after_s=float(window_s), max_rows_per_shard=self.settings.rows_per_shard,
+                           webhook_url=metadata.get(WEBHOOK_URL_KEY))
+            return self.client.submit(spec)
+        except JobSpecError as error:
+            param = f"metadata.{WEBHOOK_URL_KEY}" if error.field == "webhook_url" else None
+            raise ApiError(400, str(error), param=param) from None
 
     def _view(self, record: BatchRecord) -> dict:
         window_s = completion_window_s(record.completion_window)
@@ -194,6 +207,9 @@ def _check_metadata(metadata: object) -> None:
             isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in metadata.items()):
         raise ApiError(400, "metadata must be at most 16 string pairs, keys up to 64 and values up to 512 characters",
                        param="metadata")
+    if WEBHOOK_SECRET_KEY in metadata:
+        raise ApiError(400, f"metadata.{WEBHOOK_SECRET_KEY} is made by the server and answered once; do not send one",
+                       param=f"metadata.{WEBHOOK_SECRET_KEY}")
 
 
 def _replace(record: BatchRecord, **changes) -> BatchRecord:

@@ -242,6 +242,23 @@ def test_list_pages_with_after_and_limit(deployment):
     assert [b.id for b in client.batches.list(limit=1)] [:3] == created[::-1]   # auto-pagination
 
 
+def test_a_webhook_asked_for_in_metadata_is_signed_with_the_secret_create_answered(deployment):
+    from tests.support.receiver import WebhookReceiver
+    from webhooks import verify
+    client = _client(deployment)
+    lines = [{"custom_id": "w", "method": "POST", "url": "/v1/embeddings", "body": {"model": "minilm", "input": "x"}}]
+    with WebhookReceiver() as receiver:
+        batch = _submit(client, lines, "/v1/embeddings", metadata={"webhook_url": receiver.url, "team": "a"})
+        secret = batch.metadata["webhook_secret"]
+        headers, body = receiver.wait_for(1, timeout_s=120)[0]
+    payload = verify(secret, headers, body)
+    assert payload["type"] == "job.succeeded" and payload["data"]["metadata"]["openai_batch_id"] == batch.id
+    assert client.batches.retrieve(batch.id).metadata == {"webhook_url": receiver.url, "team": "a"}   # shown once
+    with pytest.raises(openai.BadRequestError) as refused:   # the job's own check of the URL
+        _submit(client, lines, "/v1/embeddings", metadata={"webhook_url": "ftp://example.com/hook"})
+    assert refused.value.body["param"] == "metadata.webhook_url"
+
+
 def test_uploads_over_the_size_or_line_limits_are_refused(deployment):
     client = _client(deployment)
     with pytest.raises(openai.APIStatusError) as too_big:
