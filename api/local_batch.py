@@ -10,10 +10,12 @@ line, with no server and no key, and its answers written as OpenAI's output JSON
 from __future__ import annotations
 
 import json
+import time
 
-from api.batch_input import ENDPOINT_MODES, LineError, parse_batch
+from api.batch_input import ENDPOINT_MODES, BatchRequests, LineError, parse_batch
 from api.batch_output import BatchOutput, batch_output
 from api.batch_store import read_requests, write_requests
+from jobs.api_batches import owes_partial_manifest
 from jobs.client import Client, Job
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
@@ -24,24 +26,36 @@ from storage.write import write_bytes_atomic
 OUTPUT_NAME = "output.jsonl"
 ERROR_OUTPUT_NAME = "output_errors.jsonl"
 MAX_ERRORS_SHOWN = 5
+PARTIAL_MANIFEST_WAIT_S = 60.0
 
 
 def is_openai_input(inputs: list[str], input_format: str | None) -> bool:
     return input_format == "openai" or (input_format is None and len(inputs) == 1 and inputs[0].endswith(".jsonl"))
 
 
-def submit_jsonl(client: Client, source: str, output: str, **spec_fields) -> Job:
-    """Check every line of the file (JobSpecError naming the first bad lines), store its
-    requests as the job's Parquet input in OUTPUT, and submit the job."""
+def check_jsonl(source: str) -> BatchRequests:
+    """Every line of the file checked as the API checks it; JobSpecError naming the first bad lines."""
     from api.service import served_models
-    if spec_fields.get("if_exists", "error") == "error" and is_committed(output):
-        raise JobSpecError("output", f"{output} already holds a committed result (_SUCCESS); choose another output "
-                                     "or submit with if_exists='replace'")
     fs, path = resolve(source)
     data = fs.cat_file(path)
     parsed = parse_batch(data, _endpoint(data), served_models())
     if isinstance(parsed, list):
         raise JobSpecError("input", _describe(parsed))
+    return parsed
+
+
+def describe_requests(parsed: BatchRequests) -> str:
+    """What `barge submit --dry-run` shows for an OpenAI batch file."""
+    return (f"{parsed.num_lines} requests ({len(parsed.row_inputs)} rows) to {parsed.endpoint}; the job: mode "
+            f"{ENDPOINT_MODES[parsed.endpoint]}, model {parsed.model!r}, params {parsed.params}")
+
+
+def submit_jsonl(client: Client, source: str, output: str, **spec_fields) -> Job:
+    """Check the file, store its requests as the job's Parquet input in OUTPUT, and submit the job."""
+    if spec_fields.get("if_exists", "error") == "error" and is_committed(output):
+        raise JobSpecError("output", f"{output} already holds a committed result (_SUCCESS); choose another output "
+                                     "or submit with if_exists='replace'")
+    parsed = check_jsonl(source)
     spec = JobSpec(mode=ENDPOINT_MODES[parsed.endpoint], model=parsed.model, input=write_requests(output, parsed),
                    output=output, input_column="input", params=parsed.params,
                    metadata={"openai_endpoint": parsed.endpoint}, **spec_fields)
@@ -52,6 +66,7 @@ def write_jsonl_output(job: Job) -> BatchOutput:
     """A finished job's OUTPUT/output.jsonl and output_errors.jsonl."""
     state = job.status()
     spec = job.client.store.get_job(job.id).spec
+    _wait_for_partial_manifest(job)
     requests = read_requests(spec.output)
     results: list[dict | None] = [None] * len(requests.row_lines)
     if state.status == JobStatus.SUCCEEDED or state.rows_done:
@@ -61,6 +76,16 @@ def write_jsonl_output(job: Job) -> BatchOutput:
     for name, lines in ((OUTPUT_NAME, made.output_lines), (ERROR_OUTPUT_NAME, made.error_lines)):
         write_bytes_atomic(spec.output, name, "".join(line + "\n" for line in lines).encode())
     return made
+
+
+def _wait_for_partial_manifest(job: Job) -> None:
+    """An unfinished job lists what it committed a moment after it ends (queueing.finalize)."""
+    deadline = time.monotonic() + PARTIAL_MANIFEST_WAIT_S
+    while owes_partial_manifest(job.client.store.engine, job.id):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job.id}: its partial manifest is still not written after "
+                               f"{PARTIAL_MANIFEST_WAIT_S:g} s; run this again later")
+        time.sleep(0.5)
 
 
 def _endpoint(data: bytes) -> str:

@@ -149,7 +149,10 @@ def _submit(args) -> int:
 
 def _submit_openai(args) -> int:
     """An OpenAI batch file: the same checks as the API's, then output.jsonl in the output folder."""
-    from api.local_batch import OUTPUT_NAME, submit_jsonl, write_jsonl_output
+    from api.local_batch import OUTPUT_NAME, check_jsonl, describe_requests, submit_jsonl, write_jsonl_output
+    if args.dry_run:
+        print(describe_requests(check_jsonl(args.input[0])))
+        return 0
     job = submit_jsonl(Client(), args.input[0], args.output, if_exists=args.if_exists,
                        max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
                        expires_after_s=args.expires_after, webhook_url=args.webhook_url)

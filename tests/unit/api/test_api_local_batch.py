@@ -1,0 +1,40 @@
+"""barge submit --input batch.jsonl: the file is checked as the API checks it, and
+--dry-run shows the job it would make without queueing anything."""
+
+import json
+
+import pytest
+
+from jobs.cli import main
+from jobs.spec import JobSpecError
+
+from api.local_batch import check_jsonl, is_openai_input
+
+
+def write_lines(path, *lines) -> str:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def embed_line(custom_id="a", model="minilm") -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/embeddings", "body": {"model": model, "input": "x"}}
+
+
+def test_jsonl_is_openai_by_extension_or_by_flag():
+    assert is_openai_input(["batch.jsonl"], None) and is_openai_input(["requests"], "openai")
+    assert not is_openai_input(["corpus/*.parquet"], None) and not is_openai_input(["batch.jsonl"], "parquet")
+
+
+def test_a_bad_file_is_refused_naming_its_lines(tmp_path):
+    source = write_lines(tmp_path / "b.jsonl", embed_line("a"), embed_line("a"), embed_line("c", model="nope"))
+    with pytest.raises(JobSpecError, match="line 2: duplicate_custom_id.*line 3: model_not_found") as refused:
+        check_jsonl(source)
+    assert refused.value.field == "input"
+
+
+def test_dry_run_shows_the_job_and_queues_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("BARGE_DATA_DIR", str(tmp_path / "data"))
+    source = write_lines(tmp_path / "b.jsonl", embed_line("a"), embed_line("b"))
+    assert main(["submit", "--input", source, "--output", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert "2 requests (2 rows) to /v1/embeddings; the job: mode embed, model 'minilm'" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()
