@@ -1,6 +1,7 @@
 """LLMEngine: the generate mode — prompts in, one GenerationOutput per prompt out.
 
     step():  schedule -> (step observers) -> run the model -> sample -> advance requests -> collect finished
+             -> jump forward (structured output: append the tokens the grammar forces)
 
 Prompts are validated one by one: a bad row becomes an output with .error and the
 rest run; only a bad SamplingParams value raises (ValueError naming it).
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch
 
 from engine.generate.block_manager import BlockManager
+from engine.generate.grammar import GrammarCache
 from engine.generate.kv_cache import allocate_kv_cache, num_blocks_from_memory
 from engine.generate.model_config import DecoderConfig
 from engine.generate.model_loader import load_decoder
@@ -42,10 +44,18 @@ class RunStats:
     num_steps: int = 0
     num_preemptions: int = 0
     seconds: float = 0.0
+    num_forced_tokens: int = 0              # of the generated tokens, appended by jump-forward without a step
 
     @property
     def generated_tokens_per_second(self) -> float:
         return self.num_generated_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def forward_steps_per_output_token(self) -> float:
+        """Each sampled token took a request one forward step; forced tokens took none."""
+        if not self.num_generated_tokens:
+            return 0.0
+        return (self.num_generated_tokens - self.num_forced_tokens) / self.num_generated_tokens
 
 
 class LLMEngine:
@@ -69,6 +79,8 @@ class LLMEngine:
         self.last_run = RunStats()
         self.step_observers: list[StepObserver] = []     # called with each step's StepStats
         self._next_request_id = 0
+        self._grammars: GrammarCache | None = None      # built with the first structured request
+        self._num_forced_since_step = 0                 # jump-forward tokens the next step computes
 
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype, device: torch.device,
@@ -105,7 +117,8 @@ class LLMEngine:
         self.last_run = RunStats(len(requests), sum(r.num_prompt_tokens for r in requests.values()),
                                  sum(r.num_cached_tokens for r in requests.values()),
                                  sum(r.num_output_tokens for r in requests.values()), num_steps,
-                                 self.scheduler.num_preemptions - num_preemptions, time.perf_counter() - started)
+                                 self.scheduler.num_preemptions - num_preemptions, time.perf_counter() - started,
+                                 sum(r.num_forced_tokens for r in requests.values()))
         return outputs
 
     def add_requests(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
@@ -125,6 +138,8 @@ class LLMEngine:
             return (f"prompt has {len(token_ids)} tokens; the context holds {self.max_model_len} "
                     f"and at least one must be left for output")
         request = Request(self._next_request_id, token_ids, params, self.eos_token_ids)
+        if params.structured is not None:
+            request.grammar = self.grammars.grammar_for(params.structured)
         if params.prompt_logprobs is not None:
             request.prompt_logprobs.append(None)     # the first prompt token has nothing before it
         self._next_request_id += 1
@@ -132,13 +147,56 @@ class LLMEngine:
         return request
 
     def step(self) -> list[Request]:
+        failed = self._end_failed_grammars()
         scheduler_output = self.scheduler.schedule()
+        if not scheduler_output.requests:      # only requests whose grammar is compiling are left
+            self._wait_for_a_grammar()
+            return failed
         if self.step_observers:
             notify(self.step_observers, self._step_stats(scheduler_output))
         runner_output = self.runner.execute(scheduler_output)
         self._record_logprobs(scheduler_output, runner_output)
         finished = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
-        return finished + self._apply_stop_strings(scheduler_output, runner_output)
+        finished += self._apply_stop_strings(scheduler_output, runner_output)
+        if self.options.enable_jump_forward:
+            self._jump_forward(scheduler_output, runner_output)
+        return failed + finished
+
+    @property
+    def grammars(self) -> GrammarCache:
+        if self._grammars is None:
+            self._grammars = GrammarCache(self.tokenizer, self.config.vocab_size, self.eos_token_ids)
+        return self._grammars
+
+    def _end_failed_grammars(self) -> list[Request]:
+        """Requests whose constraint did not compile against this vocabulary end with that error."""
+        failed = [r for r in self.scheduler.waiting if r.grammar is not None and r.grammar.is_ready and r.grammar.error]
+        for request in failed:
+            request.error = request.grammar.error
+            self.scheduler.finish(request, RequestStatus.FINISHED_ABORTED)
+        return failed
+
+    def _wait_for_a_grammar(self) -> None:
+        compiling = next((r.grammar for r in self.scheduler.waiting if not r.is_ready), None)
+        if compiling is not None:
+            compiling.wait()
+
+    def _jump_forward(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> None:
+        """Append what each constrained request's grammar forces next (the keys and punctuation
+        of a schema): the next step computes those tokens with the one after them, in one pass.
+        Requests asking for logprobs are left out: forced tokens have no distribution to report.
+        One sampled token is always left before max_tokens or the context limit, so that where
+        a request stops stays the scheduler's decision."""
+        self._num_forced_since_step = 0
+        for request in scheduler_output.requests:
+            if (request.grammar is None or request.is_finished or request.params.logprobs is not None
+                    or request.request_id not in runner_output.sampled_token_ids):
+                continue
+            room = min(request.params.max_tokens - request.num_output_tokens,
+                       self.max_model_len - request.num_tokens) - 1
+            forced = request.grammar.forced_tokens()[:max(room, 0)]
+            request.append_forced(forced)
+            self._num_forced_since_step += len(forced)
 
     def _step_stats(self, output: SchedulerOutput) -> StepStats:
         """The batch as scheduled: blocks are counted once this step's are allocated."""
@@ -146,7 +204,8 @@ class LLMEngine:
         return StepStats(num_seqs=len(output.requests), num_tokens=output.total_num_scheduled_tokens,
                          max_num_seqs=limits.max_num_seqs, max_num_tokens=limits.max_num_batched_tokens,
                          num_kv_blocks_used=blocks.num_blocks - blocks.num_free_blocks, num_kv_blocks=blocks.num_blocks,
-                         num_preemptions=len(output.preempted), num_prefix_cache_hit_tokens=output.num_cached_tokens)
+                         num_preemptions=len(output.preempted), num_prefix_cache_hit_tokens=output.num_cached_tokens,
+                         num_forced_tokens=self._num_forced_since_step)
 
     def abort(self, request: Request) -> None:
         if not request.is_finished:
@@ -225,6 +284,8 @@ class LLMEngine:
 
     def to_output(self, request: Request) -> GenerationOutput:
         """A finished (or aborted) request as the GenerationOutput generate would return."""
+        if request.error is not None:
+            return error_output(request.error, request.num_prompt_tokens)
         text = self.tokenizer.decode(request.output_token_ids)
         if request.stop_text_len is not None:
             text = text[:request.stop_text_len]

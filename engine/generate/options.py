@@ -15,6 +15,7 @@ class GenerateOptions:
     kv_cache_memory_fraction: float = 0.3   # of free memory (MemAvailable on CPU) when num_blocks is None
     enable_prefix_caching: bool = True
     seed: int | None = 0                    # for requests without their own seed; None = nondeterministic
+    enable_jump_forward: bool = True        # structured output: append what the grammar forces without a step each
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_blocks"):

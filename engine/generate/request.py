@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.generate.grammar import RequestGrammar
 from engine.generate.sampling_params import SamplingParams
 
 
@@ -49,6 +50,9 @@ class Request:
     prompt_logprobs: list[dict[int, float] | None] = field(default_factory=list)
     stop_text_len: int | None = None    # where a stop string cut the text
     generator: torch.Generator | None = None
+    grammar: RequestGrammar | None = None       # set when params.structured is: the output's matcher
+    num_forced_tokens: int = 0          # output tokens appended by jump-forward, not sampled
+    error: str | None = None            # why the request was ended without running (its output's error)
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids)
@@ -80,5 +84,19 @@ class Request:
         # Prompt log-probs need every prompt position's logits, so nothing may be skipped.
         return self.params.prompt_logprobs is None
 
+    @property
+    def is_ready(self) -> bool:
+        """May be scheduled: it has no grammar, or its grammar has finished compiling."""
+        return self.grammar is None or self.grammar.is_ready
+
     def append_output(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+        if self.grammar is not None:
+            self.grammar.accept(token_id)
+
+    def append_forced(self, token_ids: list[int]) -> None:
+        """Tokens the grammar allows as the only continuation: appended without a forward
+        pass of their own; the next step computes them with the next sampled token."""
+        for token_id in token_ids:
+            self.append_output(token_id)
+        self.num_forced_tokens += len(token_ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.generate.grammar import apply_grammar_masks
 from engine.generate.request import Request
 
 
@@ -23,6 +24,8 @@ class Sampler:
         """logits float32 [num_rows, vocab] -> token per row, and {token: logprob} per row when asked."""
         if not requests:
             return [], []
+        # Before everything else, so that greedy, sampled and logprob rows all see the grammar.
+        apply_grammar_masks(logits, [request.grammar for request in requests])
         token_ids = logits.argmax(dim=-1)
         random_rows = [row for row, request in enumerate(requests) if not request.params.is_greedy]
         if random_rows:

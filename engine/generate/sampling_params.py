@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.generate.structured import StructuredOutput
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -19,6 +21,9 @@ class SamplingParams:
     ignore_eos: bool = False              # generate max_tokens even past the model's EOS
     logprobs: int | None = None           # per generated token: its log-prob and the top-N; None = off
     prompt_logprobs: int | None = None    # the same for each prompt token after the first
+    # the text must follow this: {"json_schema": ...} | {"json_object": True} | {"regex": ...}
+    # | {"choice": [...]} | {"grammar": ...}; kept as a StructuredOutput (engine.generate.structured)
+    structured: StructuredOutput | dict | None = None
 
     def __post_init__(self) -> None:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
@@ -40,6 +45,7 @@ class SamplingParams:
         for name in ("logprobs", "prompt_logprobs"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=0)
+        object.__setattr__(self, "structured", StructuredOutput.parse(self.structured))
 
     @property
     def is_greedy(self) -> bool:

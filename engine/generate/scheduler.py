@@ -86,7 +86,9 @@ class Scheduler:
     def _schedule_waiting(self, output: SchedulerOutput, budget: int) -> None:
         reserve = int(self.config.admission_reserve * self.block_manager.num_blocks)
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self.waiting[0]
+            request = next((r for r in self.waiting if r.is_ready), None)
+            if request is None:       # every waiting request's grammar is still compiling
+                break
             cached = self.block_manager.find_cached_blocks(request)
             num_cached = len(cached) * self.block_manager.block_size
             num_new = min(request.num_tokens - num_cached, budget)
@@ -95,7 +97,7 @@ class Scheduler:
             if request.status == RequestStatus.WAITING:
                 request.num_cached_tokens = num_cached
             output.num_cached_tokens += num_cached
-            self.waiting.popleft()
+            self.waiting.remove(request)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             output.requests.append(request)
@@ -129,7 +131,12 @@ class Scheduler:
         return finished
 
     def _stop_status(self, request: Request, token_id: int) -> RequestStatus | None:
-        params = request.params
+        params, grammar = request.params, request.grammar
+        if grammar is not None and grammar.is_rejected:
+            request.error = f"structured output: token {token_id} was sampled outside the grammar"
+            return RequestStatus.FINISHED_ABORTED
+        if grammar is not None and grammar.is_terminated:      # complete, and its stop token taken
+            return RequestStatus.FINISHED_STOPPED
         if token_id in params.stop_token_ids or (not params.ignore_eos and token_id in request.eos_token_ids):
             return RequestStatus.FINISHED_STOPPED
         if request.num_output_tokens >= params.max_tokens or request.num_tokens >= self.config.max_model_len:

@@ -64,6 +64,11 @@ class TextTokenizer:
         return cls(tokenizer, metadata.get("tokenizer.chat_template"), bos, eos)
 
     @property
+    def backend(self) -> Tokenizer:
+        """The `tokenizers` object itself (its vocabulary and JSON, for grammar compilation)."""
+        return self._tokenizer
+
+    @property
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size()
 

@@ -1,0 +1,60 @@
+"""SamplingParams(structured=...): exactly one valid kind, or a ValueError naming `structured`."""
+
+import json
+
+import pytest
+
+from engine.generate.sampling_params import SamplingParams
+from engine.generate.structured import StructuredOutput
+
+SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}, "required": ["b"]}
+
+
+@pytest.mark.parametrize("structured, kind", [
+    ({"json_schema": SCHEMA}, "json_schema"),
+    ({"json_schema": json.dumps(SCHEMA)}, "json_schema"),
+    ({"json_object": True}, "json_object"),
+    ({"regex": r"\d{3}-\d{4}"}, "regex"),
+    ({"choice": ["yes", "no"]}, "choice"),
+    ({"choice": ("yes", "no")}, "choice"),
+    ({"grammar": 'root ::= "a" ("b" | "c")*'}, "grammar"),
+])
+def test_each_kind_is_accepted(structured, kind):
+    params = SamplingParams(structured=structured)
+    assert params.structured.kind == kind
+    assert SamplingParams(structured=params.structured).structured == params.structured
+
+
+def test_a_schema_keeps_its_key_order_and_the_same_schema_is_one_constraint():
+    from_dict = SamplingParams(structured={"json_schema": SCHEMA}).structured
+    from_text = SamplingParams(structured={"json_schema": json.dumps(SCHEMA, indent=2)}).structured
+    assert from_dict == from_text and hash(from_dict) == hash(from_text)
+    assert list(from_dict.to_dict()["json_schema"]["properties"]) == ["b", "a"]
+
+
+def test_choice_round_trips_and_drops_duplicates():
+    structured = StructuredOutput.parse({"choice": ["a \"quoted\" | b", "c", "c"]})
+    assert structured.to_dict() == {"choice": ["a \"quoted\" | b", "c"]}
+
+
+@pytest.mark.parametrize("structured, message", [
+    ({"regex": "a", "choice": ["a"]}, "exactly one of"),
+    ({}, "exactly one of"),
+    ({"json": {}}, "unknown kind json"),
+    ({"json_schema": {"type": "objec"}}, 'structured.json_schema does not compile: Unsupported type "objec"'),
+    ({"json_schema": "{not json"}, "structured.json_schema is not valid JSON"),
+    ({"json_schema": [1, 2]}, "structured.json_schema must be a JSON object"),
+    ({"regex": "a(b"}, "structured.regex does not compile: Regex parsing error"),
+    ({"regex": ""}, "structured.regex must be a non-empty string"),
+    ({"grammar": "root ::= undefined_rule"}, "structured.grammar does not compile"),
+    ({"choice": []}, "structured.choice must be a non-empty list"),
+    ({"choice": ["a", ""]}, "non-empty strings"),
+    ({"choice": "a"}, "structured.choice must be a non-empty list"),
+    ({"json_object": False}, "structured.json_object must be true"),
+    ("json", "structured must be a dict"),
+])
+def test_invalid_constraints_raise_naming_structured(structured, message):
+    with pytest.raises(ValueError, match="structured") as error:
+        SamplingParams(structured=structured)
+    assert message in str(error.value)
+    assert ".cc:" not in str(error.value)       # xgrammar's C++ location is not the user's business
