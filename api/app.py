@@ -62,9 +62,12 @@ def create_app(client: Client | None = None, api_settings: ApiSettings | None = 
         return _file_object(service.upload(key.id, purpose, file.filename or "upload.jsonl", data))
 
     @app.get("/v1/files")
-    def list_files(purpose: str | None = None, key: ApiKey = Depends(caller)) -> dict:
-        files = service.files.list(key.id, purpose=purpose)
-        return {"object": "list", "data": [_file_object(f) for f in files], "has_more": False}
+    def list_files(purpose: str | None = None, after: str | None = None, limit: int = Query(10_000, ge=1, le=10_000),
+                   key: ApiKey = Depends(caller)) -> dict:
+        files, has_more = service.files.list(key.id, purpose=purpose, after=after, limit=limit)
+        data = [_file_object(f) for f in files]
+        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None, "has_more": has_more}
 
     @app.get("/v1/files/{file_id}")
     def get_file(file_id: str, key: ApiKey = Depends(caller)) -> dict:

@@ -69,13 +69,23 @@ class ApiFiles:
                                                        api_files.c.deleted_at.is_(None))).one_or_none()
         return None if row is None else _record(row)
 
-    def list(self, key_id: str, *, purpose: str | None = None, limit: int = 10_000) -> list[FileRecord]:
+    def list(self, key_id: str, *, purpose: str | None = None, after: str | None = None,
+             limit: int = 10_000) -> tuple[list[FileRecord], bool]:
+        """The owner's live files, newest first, after the file `after` (a cursor); and
+        whether more follow."""
         query = select(api_files).where(api_files.c.key_id == key_id, api_files.c.deleted_at.is_(None))
         if purpose is not None:
             query = query.where(api_files.c.purpose == purpose)
+        if after is not None:
+            cursor = self.get(key_id, after)
+            if cursor is None:
+                return [], False
+            query = query.where((api_files.c.created_at < cursor.created_at)
+                                | ((api_files.c.created_at == cursor.created_at) & (api_files.c.id < cursor.id)))
+        query = query.order_by(api_files.c.created_at.desc(), api_files.c.id.desc()).limit(limit + 1)
         with self.engine.connect() as conn:
-            rows = conn.execute(query.order_by(api_files.c.created_at.desc()).limit(limit))
-            return [_record(row) for row in rows]
+            records = [_record(row) for row in conn.execute(query)]
+        return records[:limit], len(records) > limit
 
     def content(self, record: FileRecord) -> bytes:
         fs, path = resolve(record.url)

@@ -228,6 +228,10 @@ def test_keys_see_only_their_own_files_and_batches(deployment):
         bob.files.content(batch.input_file_id)
     with pytest.raises(openai.NotFoundError):   # not an id of ours: never reaches SQL or a path
         alice.files.retrieve("../../barge.db")
+    with pytest.raises(openai.NotFoundError):
+        alice.batches.retrieve("batch_' OR '1'='1")
+    assert batch.input_file_id in [f.id for f in alice.files.list()]
+    assert batch.input_file_id not in [f.id for f in bob.files.list()]
     assert batch.id not in [b.id for b in bob.batches.list()]
     assert alice.batches.retrieve(batch.id).id == batch.id
 

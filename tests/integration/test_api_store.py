@@ -33,6 +33,10 @@ def test_files_are_their_owners_only(store, tmp_path):
     assert (tmp_path / "api" / "files" / record.id).is_file()   # the filename is a label, never a path
     assert files.get(bob, record.id) is None and not files.delete(bob, record.id)
     assert files.get(alice, "../" + record.id) is None
+    newer = files.create(alice, "batch", "b.jsonl", b"{}\n")
+    assert [[f.id for f in page] for page, _ in (files.list(alice, limit=1), files.list(alice, after=newer.id))] == [
+        [newer.id], [record.id]]
+    assert files.list(alice, limit=1)[1] and files.list(bob) == ([], False)
     assert files.delete(alice, record.id) and files.get(alice, record.id) is None
     assert not (tmp_path / "api" / "files" / record.id).exists()
 
