@@ -104,36 +104,47 @@ def final_event_ids(receiver: WebhookReceiver) -> set[str]:
             if json.loads(body)["type"] == "job.succeeded"}
 
 
+CLIENT_POINT = "after_submit_record"   # in Client.submit; every other point is in a worker
+
+
+def start_failing(deployment, tmp_path: Path, receiver: WebhookReceiver, point: str, action: str):
+    """The process that carries the failpoint, with the job on its way: a client
+    submitting it (CLIENT_POINT), or a worker serving it with the job submitted."""
+    failpoints = f"{point}={action}"
+    if point == CLIENT_POINT:
+        return submit_in_subprocess(deployment, tmp_path, receiver.url, failpoints)
+    worker = deployment.start_worker(env={"BARGE_FAILPOINTS": failpoints})
+    deployment.client().submit(job_spec(tmp_path, receiver.url))
+    return worker
+
+
+def surviving_worker(deployment, failing, point: str):
+    """The worker that carries the job on past the point: the failing process itself when
+    it is a worker, else (the client is done submitting) a fresh one."""
+    if point != CLIENT_POINT:
+        return failing
+    assert failing.wait(timeout=120) == 0
+    return deployment.start_worker()
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_a_process_killed_at_each_point_leaves_no_dead_end(tmp_path, point):
     write_corpus(tmp_path / "corpus", num_files=1, rows_per_file=NUM_ROWS)
-    kill = f"{point}=kill"
     with stack("embedded", tmp_path / "barge", env=FAST_RECOVERY) as deployment, WebhookReceiver() as receiver:
+        failing = start_failing(deployment, tmp_path, receiver, point, "kill")
+        assert failing.wait(timeout=120) == 137, deployment.worker_logs()
+        deployment.start_worker()   # the restart, without the failpoint
         client = deployment.client()
-        if point == "after_submit_record":
-            submitter = submit_in_subprocess(deployment, tmp_path, receiver.url, kill)
-            assert submitter.wait(timeout=120) == 137
-            deployment.start_worker()
-        else:
-            doomed = deployment.start_worker(env={"BARGE_FAILPOINTS": kill})
-            client.submit(job_spec(tmp_path, receiver.url))
-            assert doomed.wait(timeout=120) == 137, deployment.worker_logs()
-            deployment.start_worker()   # the restart, without the failpoint
         assert_ended_exactly_once(client, only_job_id(client), tmp_path, receiver, deployment.worker_logs)
 
 
 @pytest.mark.parametrize("point", POINTS)
 def test_a_database_error_at_each_point_is_waited_out(tmp_path, point):
     write_corpus(tmp_path / "corpus", num_files=1, rows_per_file=NUM_ROWS)
-    starve = f"{point}=db_error:4"
     with stack("embedded", tmp_path / "barge", env=FAST_RECOVERY) as deployment, WebhookReceiver() as receiver:
+        failing = start_failing(deployment, tmp_path, receiver, point, "db_error:4")
+        worker = surviving_worker(deployment, failing, point)
         client = deployment.client()
-        if point == "after_submit_record":
-            assert submit_in_subprocess(deployment, tmp_path, receiver.url, starve).wait(timeout=120) == 0
-            worker = deployment.start_worker()
-        else:
-            worker = deployment.start_worker(env={"BARGE_FAILPOINTS": starve})
-            client.submit(job_spec(tmp_path, receiver.url))
         assert_ended_exactly_once(client, only_job_id(client), tmp_path, receiver, deployment.worker_logs)
         assert worker.poll() is None, "the worker waited the outage out"
 
@@ -175,18 +186,11 @@ def postgres_outage_at(flag: Path, timeout_s: float = 120) -> None:
 def test_postgres_stopped_at_each_point_leaves_no_dead_end(tmp_path, point):
     write_corpus(tmp_path / "corpus", num_files=1, rows_per_file=NUM_ROWS)
     flag = tmp_path / f"{point}.paused"
-    pause = f"{point}=pause:{flag}"
     with stack("postgres-rabbitmq", tmp_path / "barge", env=FAST_RECOVERY) as deployment, \
             WebhookReceiver() as receiver:
+        failing = start_failing(deployment, tmp_path, receiver, point, f"pause:{flag}")
+        postgres_outage_at(flag)
+        worker = surviving_worker(deployment, failing, point)
         client = deployment.client()
-        if point == "after_submit_record":
-            submitter = submit_in_subprocess(deployment, tmp_path, receiver.url, pause)
-            postgres_outage_at(flag)
-            assert submitter.wait(timeout=120) == 0
-            worker = deployment.start_worker()
-        else:
-            worker = deployment.start_worker(env={"BARGE_FAILPOINTS": pause})
-            client.submit(job_spec(tmp_path, receiver.url))
-            postgres_outage_at(flag)
         assert_ended_exactly_once(client, only_job_id(client), tmp_path, receiver, deployment.worker_logs)
         assert worker.poll() is None, "the worker waited the outage out"
