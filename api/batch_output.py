@@ -44,6 +44,8 @@ class BatchOutput:
     error_lines: list[str]             # JSONL lines of the error file
     num_completed: int
     num_failed: int
+    input_tokens: int = 0              # over the requests in the output file
+    output_tokens: int = 0
 
 
 def batch_output(endpoint: str, model: str, requests: RequestRows, results: list[dict | None],
@@ -54,6 +56,7 @@ def batch_output(endpoint: str, model: str, requests: RequestRows, results: list
     for row, line in enumerate(requests.row_lines):
         rows_of_line[line].append(row)
     output, errors = [], []
+    input_tokens = output_tokens = 0
     for line, rows in enumerate(rows_of_line):
         line_results = [results[row] for row in rows]
         custom_id = requests.custom_ids[line]
@@ -66,7 +69,10 @@ def batch_output(endpoint: str, model: str, requests: RequestRows, results: list
         else:
             body = _body(endpoint, model, line_results, requests.encodings[line])
             output.append(_line(custom_id, _response(200, body), None))
-    return BatchOutput(output, errors, num_completed=len(output), num_failed=len(errors))
+            input_tokens += body["usage"]["prompt_tokens"]
+            output_tokens += body["usage"].get("completion_tokens", 0)
+    return BatchOutput(output, errors, num_completed=len(output), num_failed=len(errors), input_tokens=input_tokens,
+                       output_tokens=output_tokens)
 
 
 def _line(custom_id: str, response: dict | None, error: dict | None) -> str:

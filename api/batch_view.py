@@ -47,7 +47,17 @@ def batch_object(batch: BatchRecord, job: JobProgress | None, window_s: int) -> 
         "output_file_id": batch.output_file_id, "error_file_id": batch.error_file_id,
         "created_at": int(batch.created_at), "expires_at": int(batch.created_at + window_s),
         **times, "request_counts": request_counts(batch, job), "metadata": batch.metadata or None,
+        "usage": _usage(batch.usage),
     }
+
+
+def _usage(usage: dict | None) -> dict | None:
+    """OpenAI's BatchUsage, once settled. Nothing is served from a cache and nothing reasons."""
+    if usage is None:
+        return None
+    return {"input_tokens": usage["input_tokens"], "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": usage["output_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"]}
 
 
 def request_counts(batch: BatchRecord, job: JobProgress | None) -> dict:

@@ -165,7 +165,8 @@ class BatchService:
         output = self._write_output(record, "output", made.output_lines)
         errors = self._write_output(record, "errors", made.error_lines)
         if not self.batches.settle(record.id, output_file_id=output, error_file_id=errors,
-                                   num_completed=made.num_completed, num_failed=made.num_failed):
+                                   num_completed=made.num_completed, num_failed=made.num_failed,
+                                   usage={"input_tokens": made.input_tokens, "output_tokens": made.output_tokens}):
             for file_id in (output, errors):   # another reader settled it first: its files stand
                 if file_id is not None:
                     self.files.delete(record.key_id, file_id)

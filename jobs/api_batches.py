@@ -34,6 +34,7 @@ class BatchRecord:
     num_requests: int = 0
     num_completed: int | None = None     # set when settled
     num_failed: int | None = None
+    usage: dict | None = None            # {"input_tokens", "output_tokens"} of the output file's requests, when settled
     output_file_id: str | None = None
     error_file_id: str | None = None
     created_at: float = 0.0
@@ -91,13 +92,15 @@ class ApiBatches:
                          .values(cancelling_at=time.time()))
 
     def settle(self, batch_id: str, *, output_file_id: str | None, error_file_id: str | None, num_completed: int,
-               num_failed: int, errors: list[dict] | None = None) -> bool:
+               num_failed: int, usage: dict | None = None, errors: list[dict] | None = None) -> bool:
         """Record the batch's output files once; False if another process settled it first
         (its files are the batch's, the caller's are to be deleted)."""
         values = dict(output_file_id=output_file_id, error_file_id=error_file_id, num_completed=num_completed,
                       num_failed=num_failed, settled_at=time.time())
         if errors is not None:
             values["errors"] = json.dumps(errors)
+        if usage is not None:
+            values["usage"] = json.dumps(usage)
         with self.engine.begin() as conn:
             result = conn.execute(update(api_batches).where(api_batches.c.id == batch_id,
                                                             api_batches.c.settled_at.is_(None)).values(**values))
@@ -109,7 +112,8 @@ def _record(row) -> BatchRecord:
         id=row.id, key_id=row.key_id, job_id=row.job_id, endpoint=row.endpoint, model=row.model,
         input_file_id=row.input_file_id, completion_window=row.completion_window, metadata=json.loads(row.metadata),
         errors=None if row.errors is None else json.loads(row.errors), num_requests=row.num_requests,
-        num_completed=row.num_completed, num_failed=row.num_failed, output_file_id=row.output_file_id,
+        num_completed=row.num_completed, num_failed=row.num_failed,
+        usage=None if row.usage is None else json.loads(row.usage), output_file_id=row.output_file_id,
         error_file_id=row.error_file_id, created_at=row.created_at, cancelling_at=row.cancelling_at,
         settled_at=row.settled_at)
 

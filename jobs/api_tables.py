@@ -47,6 +47,7 @@ api_batches = Table(
     Column("num_requests", Integer, nullable=False),      # lines of the input file
     Column("num_completed", Integer),                     # set when the output is written
     Column("num_failed", Integer),
+    Column("usage", Text),                                # JSON {input_tokens, output_tokens}, set when settled
     Column("output_file_id", String(40)),
     Column("error_file_id", String(40)),
     Column("created_at", Float, nullable=False),

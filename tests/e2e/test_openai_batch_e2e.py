@@ -145,6 +145,9 @@ def test_chat_batch_completes_with_the_engines_answers(deployment, smollm2):
     assert batch.error_file_id is None and batch.completed_at >= batch.created_at
 
     outputs = {line["custom_id"]: line for line in _lines(client, batch.output_file_id)}
+    usages = [ChatCompletion.model_validate(line["response"]["body"]).usage for line in outputs.values()]
+    assert (batch.usage.input_tokens, batch.usage.output_tokens) == (sum(u.prompt_tokens for u in usages),
+                                                                     sum(u.completion_tokens for u in usages))
     expected = smollm2.generate([[{"role": "user", "content": q}] for q in QUESTIONS],
                                 SamplingParams(max_tokens=24, temperature=0.0))
     for i, want in enumerate(expected):

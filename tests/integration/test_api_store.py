@@ -53,6 +53,8 @@ def test_batches_page_newest_first_and_settle_once(store):
     page, has_more = batches.list(alice, after=page[-1].id, limit=10)
     assert [b.id for b in page] == made[::-1][2:] and not has_more
     assert batches.list(bob, after=None, limit=10) == ([], False) and batches.get(bob, made[0]) is None
-    assert batches.settle(made[0], output_file_id="file-a", error_file_id=None, num_completed=1, num_failed=0)
+    assert batches.settle(made[0], output_file_id="file-a", error_file_id=None, num_completed=1, num_failed=0,
+                          usage={"input_tokens": 7, "output_tokens": 0})
     assert not batches.settle(made[0], output_file_id="file-b", error_file_id=None, num_completed=1, num_failed=0)
-    assert batches.get(alice, made[0]).output_file_id == "file-a"
+    settled = batches.get(alice, made[0])
+    assert (settled.output_file_id, settled.usage) == ("file-a", {"input_tokens": 7, "output_tokens": 0})

@@ -26,6 +26,7 @@ def test_a_succeeded_chat_line_is_a_200_with_the_chat_completion_and_usage():
     assert line["response"]["status_code"] == 200 and body["object"] == "chat.completion"
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "Paris.", "refusal": None}
     assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    assert (made.input_tokens, made.output_tokens) == (5, 2)
 
 
 def test_a_row_error_is_the_endpoints_400_in_the_error_file():
@@ -33,6 +34,7 @@ def test_a_row_error_is_the_endpoints_400_in_the_error_file():
                         [generated(), generated(None, "prompt has 9000 tokens")], "succeeded")
     line = json.loads(made.error_lines[0])
     assert (made.num_completed, made.num_failed) == (1, 1) and line["custom_id"] == "b"
+    assert (made.input_tokens, made.output_tokens) == (5, 2)   # the output file's requests only
     assert line["response"]["status_code"] == 400
     assert line["response"]["body"]["error"]["message"] == "prompt has 9000 tokens"
 

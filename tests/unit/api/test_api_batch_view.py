@@ -47,6 +47,10 @@ def test_a_refused_batch_is_failed_with_its_errors_and_no_job():
 def test_request_counts_scale_rows_to_lines_until_settled():
     running = batch_object(record(), job(JobStatus.RUNNING), 86_400)
     assert running["request_counts"] == {"total": 4, "completed": 2, "failed": 1}
-    settled = batch_object(record(settled_at=1010.0, num_completed=3, num_failed=1), job(JobStatus.SUCCEEDED), 60)
+    settled = batch_object(record(settled_at=1010.0, num_completed=3, num_failed=1,
+                                  usage={"input_tokens": 30, "output_tokens": 12}), job(JobStatus.SUCCEEDED), 60)
     assert settled["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
+    assert running["usage"] is None and settled["usage"] == {
+        "input_tokens": 30, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 12,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 42}
     assert (settled["completed_at"], settled["expires_at"], settled["in_progress_at"]) == (1010, 1060, 1001)
