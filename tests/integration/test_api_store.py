@@ -4,8 +4,6 @@ owner, cursor pages newest first, a batch settled once."""
 
 import hashlib
 
-import pytest
-
 from jobs.api_batches import ApiBatches, BatchRecord, new_batch_id
 from jobs.api_files import ApiFiles
 from jobs.api_keys import ApiKeys
