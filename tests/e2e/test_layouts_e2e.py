@@ -6,6 +6,7 @@ null and duplicate ids."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import signal
@@ -149,3 +150,5 @@ def test_duplicate_ids_refuse_the_job_naming_them_unless_allowed(deployment, tmp
     job, state = run(deployment, tmp_path, table, "dup-allowed", allow_duplicate_ids=True)
     assert state.status == JobStatus.SUCCEEDED, deployment.worker_logs()
     assert sorted(job.results().column("doc_id").to_pylist()) == sorted(i % 10 for i in range(50))
+    manifest = json.loads((tmp_path / "dup-allowed-out" / "_manifest.json").read_text())
+    assert manifest["stats"]["input"]["num_duplicate_ids"] == 40   # reported, allowed or not
