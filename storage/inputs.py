@@ -42,6 +42,7 @@ class InputFile:
     # hive partition key -> value from the file's `key=value` directories, outermost first
     partition: dict[str, str | None] = field(default_factory=dict)
     num_bytes: int = 0  # the file's size; 0 when unknown
+    num_read_bytes: int = 0  # compressed bytes of the column chunks of the columns the job reads, plus the footer
 
     def __post_init__(self) -> None:
         if len(self.row_group_rows) != self.num_row_groups:
@@ -108,7 +109,8 @@ def inspect_input(
         _check_columns(entry.url, file_schema, columns, carry_columns, check_types=metadata.num_rows > 0)
         if metadata.num_rows:
             _check_same_schema(entry.url, listed[first].url, schema, file_schema)
-        files.append(_input_file(entry, metadata, num_bytes, work_column, unit))
+        read_names = {name for name in columns.values() if name} | set(carry_columns)
+        files.append(_input_file(entry, metadata, num_bytes, work_column, unit, read_names))
     keys = _check_partitions(listed, schema) if partition_columns else ()
     ids = _summarize(schema.field(id_column).type, [ids for _, ids in read]) if id_column else None
     return InputInfo(files=tuple(files), schema=schema, num_rows=sum(f.num_rows for f in files),
@@ -161,8 +163,11 @@ def _arrow_schema(url: str, metadata: pq.FileMetaData) -> pa.Schema:
 
 
 def _input_file(entry: ListedFile, metadata: pq.FileMetaData, num_bytes: int, work_column: str | None,
-                unit: str) -> InputFile:
+                unit: str, read_names: set[str]) -> InputFile:
     row_groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+    read_leaves = [i for i in range(metadata.num_columns) if metadata.schema.column(i).path.split(".")[0] in read_names]
+    num_read_bytes = metadata.serialized_size + sum(group.column(i).total_compressed_size
+                                                    for group in row_groups for i in read_leaves)
     work: tuple[int, ...] = ()
     if work_column is not None:
         # Row groups index leaf columns, not fields: find the leaf whose path is the column.
@@ -172,7 +177,7 @@ def _input_file(entry: ListedFile, metadata: pq.FileMetaData, num_bytes: int, wo
             work = tuple(estimate_work(unit, group.column(index).total_uncompressed_size) for group in row_groups)
     return InputFile(url=entry.url, num_rows=metadata.num_rows, num_row_groups=metadata.num_row_groups,
                      row_group_rows=tuple(group.num_rows for group in row_groups), row_group_work=work,
-                     partition=entry.partition, num_bytes=num_bytes)
+                     partition=entry.partition, num_bytes=num_bytes, num_read_bytes=num_read_bytes)
 
 
 def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_columns: Sequence[str],

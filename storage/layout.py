@@ -17,6 +17,7 @@ class Layout:
     num_row_groups: int
     largest_row_group_rows: int
     num_bytes: int  # the input files' sizes
+    num_read_bytes: int  # of which the footers and the chunks of the columns the job reads: what shards fetch
     num_shards: int
     num_packed_files: int  # files whose rows share a shard with another file's
     num_split_row_groups: int  # row groups bigger than a shard: staged once before the job runs
@@ -25,7 +26,8 @@ class Layout:
     def describe(self) -> str:
         lines = [
             f"input: {self.num_files:,} files ({self.num_empty_files:,} empty), {self.num_rows:,} rows, "
-            f"{self.num_bytes / 1e6:,.1f} MB",
+            f"{self.num_bytes / 1e6:,.1f} MB, of which {self.num_read_bytes / 1e6:,.1f} MB to be read "
+            "(footers and the columns the job reads)",
             f"row groups: {self.num_row_groups:,}, the largest {self.largest_row_group_rows:,} rows",
             f"shards: {self.num_shards:,} (one output part each); {self.num_packed_files:,} files packed "
             f"several to a shard",
@@ -45,5 +47,6 @@ def describe_layout(info: InputInfo, shards: list[ShardPlan]) -> Layout:
     return Layout(num_files=len(info.files), num_empty_files=sum(1 for f in info.files if f.num_rows == 0),
                   num_rows=info.num_rows, num_row_groups=sum(f.num_row_groups for f in info.files),
                   largest_row_group_rows=max((n for f in info.files for n in f.row_group_rows), default=0),
-                  num_bytes=sum(f.num_bytes for f in info.files), num_shards=len(shards),
+                  num_bytes=sum(f.num_bytes for f in info.files),
+                  num_read_bytes=sum(f.num_read_bytes for f in info.files), num_shards=len(shards),
                   num_packed_files=len(packed), num_split_row_groups=len(split), ids=info.ids)

@@ -38,7 +38,7 @@ def test_dry_run_prints_the_layout_and_queues_nothing(corpus, tmp_path, capsys):
                  "--output", str(tmp_path / "out"), "--dry-run"])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "input: 33 files (1 empty), 5,062 rows" in printed
+    assert "input: 33 files (1 empty), 5,062 rows" in printed and "MB to be read (footers and the columns" in printed
     assert "row groups: 33, the largest 5,000 rows" in printed
     assert "shards: 3 (one output part each)" in printed
     assert "row groups bigger than a shard: 1 (each read once into staged files" in printed

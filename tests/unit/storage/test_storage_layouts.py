@@ -3,6 +3,8 @@ than a shard staged once, lying footers named, text in every type writers use, i
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -99,6 +101,15 @@ def test_duplicate_and_null_ids_are_counted_in_input_order():
     assert "2 ids appear more than once (3 rows repeat an earlier row's id); the first: 7 at input rows 0, 5, 6" \
         in summary.describe_duplicates()
     assert summarize_ids(pa.array(["a", "b"]).dictionary_encode()).num_duplicate_rows == 0
+
+
+def test_bytes_to_read_count_the_columns_the_job_reads_not_the_others(tmp_path, write_parquet, columns):
+    wide = pa.table({"doc_id": [1, 2], "text": ["x", "y"], "blob": [os.urandom(50_000), os.urandom(50_000)]})
+    info = inspect_input(write_parquet(tmp_path / "a.parquet", wide), columns=columns)
+    file = info.files[0]
+    assert file.num_read_bytes < 10_000 < file.num_bytes   # the blob column is in the file, not in the reads
+    with_blob = inspect_input(str(tmp_path / "a.parquet"), columns=columns, carry_columns=["blob"]).files[0]
+    assert with_blob.num_read_bytes > 10_000
 
 
 def test_inspect_summarizes_ids_over_all_files_only_when_asked(tmp_path, write_parquet, columns):
