@@ -21,6 +21,7 @@ staged file has gone reads its rows from the input instead (storage.read).
 from __future__ import annotations
 
 import logging
+import posixpath
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ import pyarrow as pa
 
 from storage.footer import open_parquet, read_footer
 from storage.errors import InputError
-from storage.fs import join, redact, resolve
+from storage.fs import is_object_store, join, redact, resolve
 from storage.plan import ShardPiece, ShardPlan
 from storage.write import table_to_parquet_bytes, write_bytes_atomic
 
@@ -107,10 +108,14 @@ def _piece_tables(pieces: list[ShardPiece], columns: list[str],
 
 
 def remove_staging(output: str, job_id: str, storage_options: dict | None = None) -> None:
-    """Remove a job's staged files; a failure leaves only unlisted files behind, so it is not raised."""
+    """Remove a job's staged files, and the staging folder once no job has any there; a
+    failure leaves only unlisted files behind, so it is not raised."""
     fs, path = resolve(staging_url(output, job_id), storage_options)
+    root = posixpath.dirname(path.rstrip("/"))
     try:
         if fs.exists(path):
             fs.rm(path, recursive=True)
+        if not is_object_store(fs) and fs.isdir(root) and not fs.ls(root):   # object stores have no folders
+            fs.rmdir(root)
     except OSError:
         log.warning("%s: could not remove the staged files", redact(staging_url(output, job_id)), exc_info=True)

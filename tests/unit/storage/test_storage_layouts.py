@@ -59,7 +59,7 @@ def test_a_row_group_bigger_than_a_shard_is_staged_once_and_read_back_exactly(tm
     assert read_ids(staged) == list(range(1030))
     # A staged copy that has gone (its job committed, then retried) is read from the input.
     remove_staging(str(tmp_path / "out"), "job1")
-    assert not (tmp_path / "out" / "_barge_staging" / "job1").exists()
+    assert not (tmp_path / "out" / "_barge_staging").exists()   # no job has staged files there any more
     assert read_ids(staged) == list(range(1030))
 
 
