@@ -43,6 +43,8 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "stop": ((list, tuple), "a list of strings"),
         "stop_token_ids": ((list, tuple), "a list of token ids"),
         "ignore_eos": ((bool,), "a boolean"),
+        # engine.generate.structured: every row's text follows it; checked at submit (jobs.validate)
+        "structured": ((dict, type(None)), "a dict with one of json_schema, json_object, regex, choice, grammar; or null"),
         # jobs.chat: strings become a user message (after system_prompt), rendered with the
         # model's chat template; a column of chat messages is rendered whatever these say
         "chat": ((bool,), "a boolean (true: render each string as a user message with the chat template)"),

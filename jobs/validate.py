@@ -123,7 +123,8 @@ def _check_mode(spec: JobSpec, model: ModelRef) -> None:
         try:
             SamplingParams(**sampling_kwargs(spec.params))
         except (TypeError, ValueError) as exc:
-            raise JobSpecError("params", str(exc)) from None
+            field = "params.structured" if str(exc).startswith("structured") else "params"
+            raise JobSpecError(field, str(exc)) from None
     if spec.mode == "embed" and (spec.params.get("prompt") is not None or spec.params.get("prompt_name") is not None):
         _check_prompt(spec, model)
     if spec.mode == "transcribe":
