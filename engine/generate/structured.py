@@ -124,3 +124,23 @@ def grammar_of(structured: StructuredOutput):
 
 def native_message(error: Exception) -> str:
     return _NATIVE_PREFIX.sub("", str(error).strip()).strip()
+
+
+def from_response_format(response_format: dict | None) -> dict | None:
+    """OpenAI's `response_format` as the `structured` dict: {"type": "json_schema",
+    "json_schema": {"name", "schema", "strict"}} -> {"json_schema": schema};
+    {"type": "json_object"} -> {"json_object": True}; {"type": "text"} or None -> None.
+    ValueError naming response_format for anything else (the caller's 400)."""
+    if response_format is None:
+        return None
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"json_object": True}
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise ValueError("response_format.json_schema.schema must be a JSON schema object")
+        return {"json_schema": schema}
+    raise ValueError(f"response_format.type must be text, json_object or json_schema, got {kind!r}")

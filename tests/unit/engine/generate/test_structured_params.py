@@ -5,7 +5,7 @@ import json
 import pytest
 
 from engine.generate.sampling_params import SamplingParams
-from engine.generate.structured import StructuredOutput
+from engine.generate.structured import StructuredOutput, from_response_format
 
 SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}, "required": ["b"]}
 
@@ -58,3 +58,21 @@ def test_invalid_constraints_raise_naming_structured(structured, message):
         SamplingParams(structured=structured)
     assert message in str(error.value)
     assert ".cc:" not in str(error.value)       # xgrammar's C++ location is not the user's business
+
+
+@pytest.mark.parametrize("response_format, structured", [
+    (None, None),
+    ({"type": "text"}, None),
+    ({"type": "json_object"}, {"json_object": True}),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA, "strict": True}}, {"json_schema": SCHEMA}),
+])
+def test_openai_response_format_maps_onto_the_same_dict(response_format, structured):
+    assert from_response_format(response_format) == structured
+    if structured is not None:
+        SamplingParams(structured=structured)
+
+
+@pytest.mark.parametrize("response_format", [{"type": "xml"}, {"type": "json_schema", "json_schema": {"name": "x"}}, "json"])
+def test_a_response_format_that_maps_to_nothing_raises_naming_it(response_format):
+    with pytest.raises(ValueError, match="response_format"):
+        from_response_format(response_format)
