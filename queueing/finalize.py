@@ -17,6 +17,7 @@ from jobs.report import job_report
 from queueing.dispatch import deliver
 from queueing.failpoints import failpoint
 from queueing.runtime import Runtime
+from queueing.structured_stats import structured_stats
 from queueing.transient import is_transient, retrying
 from storage.errors import StorageError
 from queueing.results import ROW_INDEX_COLUMN
@@ -109,7 +110,8 @@ def build_manifest(runtime: Runtime, job, shards: list, status: str) -> Manifest
         errors_file = write_errors_file(job.spec.output, parts, id_column=job.spec.id_column or ROW_INDEX_COLUMN)
     return Manifest(job_id=job.id, mode=job.spec.mode, model=job.spec.model, spec=job.spec.to_dict(), parts=parts,
                     schema=job.output_schema, created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    stats=manifest_stats(runtime, job.id), errors_file=errors_file, status=status)
+                    stats={**manifest_stats(runtime, job.id), **structured_stats(job.spec, parts)},
+                    errors_file=errors_file, status=status)
 
 
 def manifest_stats(runtime: Runtime, job_id: str) -> dict:

@@ -74,4 +74,6 @@ def test_a_sampled_schema_job_validates_every_stopped_row(tmp_path):
         else:
             assert reason == "length" and text.lstrip().startswith("{")
     assert reasons.count("stop") >= 0.97 * NUM_ROWS, reasons.count("length")
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["stats"]["structured"] == {"rows_length": reasons.count("length")}
     assert len(set(table.column("text").to_pylist())) > NUM_ROWS // 2      # sampled, not one answer repeated
