@@ -2,8 +2,10 @@
 test touches the user's real Barge data directory."""
 
 import os
+import sys
 import tempfile
 
+import pytest
 import torch
 from cryptography.fernet import Fernet
 
@@ -25,3 +27,15 @@ def pytest_sessionstart(session):
     from engine.kernels import cpu_ops
 
     cpu_ops.cpu_kernels_available()
+
+
+@pytest.fixture(autouse=True)
+def _no_s3_client_outlives_its_test():
+    """fsspec keeps one S3FileSystem per set of constructor arguments for the life of the
+    process, and a default one takes its endpoint from AWS_ENDPOINT_URL when it is made:
+    one made while a test pointed that at its own moto server would serve the next test,
+    whose server listens elsewhere ("Could not connect to the endpoint URL")."""
+    yield
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is not None:
+        s3fs.S3FileSystem.clear_instance_cache()

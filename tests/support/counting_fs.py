@@ -4,9 +4,10 @@
         ...read through fs (e.g. storage.read_shard on memory:// URLs)...
     reads.num_bytes, reads.num_opens
 
-It wraps the filesystem class's `_open`: fsspec keeps one instance per thread, and
-storage reads footers from a thread pool. Everything that opens files through it is
-counted: pyarrow's footer reads and its column chunk reads.
+It wraps the filesystem class's `_open` and `cat_file`: fsspec keeps one instance per
+thread, and storage reads footers from a thread pool. Everything that reads files
+through it is counted: footers read by their tail (`cat_file` with a range, one request
+each) and the column chunks pyarrow reads from an open file.
 """
 
 from __future__ import annotations
@@ -57,16 +58,22 @@ def count_reads(fs: fsspec.AbstractFileSystem) -> Iterator[Reads]:
     """Count reads of files opened "rb" on `fs`'s kind of filesystem (best with memory://: in-process)."""
     reads = Reads()
     cls = type(fs)
-    real_open = cls._open
+    real_open, real_cat_file = cls._open, cls.cat_file
 
     def counting_open(self, path, mode="rb", **kwargs):
         if "r" not in mode:
             return real_open(self, path, mode, **kwargs)
         reads.add(num_opens=1)
-        return _CountingFile(self.cat_file(path), reads)  # cat_file is not counted: it stands for the store
+        return _CountingFile(real_cat_file(self, path), reads)   # the store's bytes, counted as they are read
 
-    cls._open = counting_open
+    def counting_cat_file(self, path, start=None, end=None, **kwargs):
+        """A ranged read (storage reads footers by their tail this way): one request."""
+        data = real_cat_file(self, path, start=start, end=end, **kwargs)
+        reads.add(num_bytes=len(data), num_opens=1)
+        return data
+
+    cls._open, cls.cat_file = counting_open, counting_cat_file
     try:
         yield reads
     finally:
-        cls._open = real_open
+        cls._open, cls.cat_file = real_open, real_cat_file
