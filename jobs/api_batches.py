@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, insert, select, update
 
-from jobs.api_tables import api_batches
+from jobs.api_tables import api_batches, newest_first_page
 
 BATCH_ID = re.compile(r"^batch_[0-9a-f]{32}$")
 
@@ -75,16 +75,12 @@ class ApiBatches:
         """The owner's batches, newest first, after the batch `after` (a cursor: OpenAI's
         pagination); and whether more follow."""
         query = select(api_batches).where(api_batches.c.key_id == key_id)
+        cursor = None
         if after is not None:
             cursor = self.get(key_id, after)
             if cursor is None:
                 return [], False
-            query = query.where((api_batches.c.created_at < cursor.created_at)
-                                | ((api_batches.c.created_at == cursor.created_at) & (api_batches.c.id < cursor.id)))
-        query = query.order_by(api_batches.c.created_at.desc(), api_batches.c.id.desc()).limit(limit + 1)
-        with self.engine.connect() as conn:
-            rows = [_record(row) for row in conn.execute(query)]
-        return rows[:limit], len(rows) > limit
+        return newest_first_page(self.engine, api_batches, query, cursor, limit, _record)
 
     def mark_cancelling(self, batch_id: str) -> None:
         with self.engine.begin() as conn:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, insert, select, update
 
-from jobs.api_tables import api_files
+from jobs.api_tables import api_files, newest_first_page
 from storage.fs import join, resolve
 from storage.write import write_bytes_atomic
 
@@ -76,16 +76,12 @@ class ApiFiles:
         query = select(api_files).where(api_files.c.key_id == key_id, api_files.c.deleted_at.is_(None))
         if purpose is not None:
             query = query.where(api_files.c.purpose == purpose)
+        cursor = None
         if after is not None:
             cursor = self.get(key_id, after)
             if cursor is None:
                 return [], False
-            query = query.where((api_files.c.created_at < cursor.created_at)
-                                | ((api_files.c.created_at == cursor.created_at) & (api_files.c.id < cursor.id)))
-        query = query.order_by(api_files.c.created_at.desc(), api_files.c.id.desc()).limit(limit + 1)
-        with self.engine.connect() as conn:
-            records = [_record(row) for row in conn.execute(query)]
-        return records[:limit], len(records) > limit
+        return newest_first_page(self.engine, api_files, query, cursor, limit, _record)
 
     def content(self, record: FileRecord) -> bytes:
         fs, path = resolve(record.url)

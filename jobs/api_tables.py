@@ -7,7 +7,10 @@ job that does the work."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Float, ForeignKey, Index, Integer, String, Table, Text
+from collections.abc import Callable
+
+from sqlalchemy import (BigInteger, Column, Engine, Float, ForeignKey, Index, Integer, Select, String, Table,
+                        Text)
 
 from jobs.tables import metadata
 
@@ -55,3 +58,18 @@ api_batches = Table(
     Column("settled_at", Float),                          # output and error files written: the batch is final
     Index("ix_barge_api_batches_owner", "key_id", "created_at"),
 )
+
+
+def newest_first_page(engine: Engine, table: Table, query: Select, cursor, limit: int,
+                      to_record: Callable) -> tuple[list, bool]:
+    """One page of `query` over `table`, newest first, after `cursor` (a record of that table,
+    or None for the first page: OpenAI's `after`), as records; and whether more follow.
+    Ties in created_at are broken by id, so a page never repeats or skips a row."""
+    c = table.c
+    if cursor is not None:
+        query = query.where((c.created_at < cursor.created_at)
+                            | ((c.created_at == cursor.created_at) & (c.id < cursor.id)))
+    query = query.order_by(c.created_at.desc(), c.id.desc()).limit(limit + 1)
+    with engine.connect() as conn:
+        records = [to_record(row) for row in conn.execute(query)]
+    return records[:limit], len(records) > limit
