@@ -25,6 +25,7 @@ import logging
 import os
 import time
 import uuid
+from functools import cached_property
 from pathlib import Path
 
 from kombu.exceptions import ChannelError
@@ -83,9 +84,14 @@ class Channel(filesystem.Channel):
                 return payload
         raise Empty()
 
+    @cached_property
+    def _processing_folder(self) -> Path:
+        folder = Path(self.data_folder_in) / PROCESSING_FOLDER
+        folder.mkdir(exist_ok=True)
+        return folder
+
     def _claim(self, folder: Path, name: str) -> Path | None:
-        processing = folder / PROCESSING_FOLDER
-        processing.mkdir(exist_ok=True)
+        processing = self._processing_folder   # made once per channel, not per message
         try:
             os.rename(folder / name, processing / name)
         except FileNotFoundError:
