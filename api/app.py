@@ -15,6 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from api.dashboard import dashboard_router
+from api.dashboard.routes import mount_static
 from api.errors import ApiError
 from api.service import ApiSettings, BatchService
 from jobs.api_files import FileRecord
@@ -40,12 +42,17 @@ def api_settings_from_env(settings: Settings, env: dict[str, str] | None = None)
                    rows_per_shard=int(env.get("BARGE_API_ROWS_PER_SHARD") or defaults.rows_per_shard))
 
 
-def create_app(client: Client | None = None, api_settings: ApiSettings | None = None) -> FastAPI:
+def create_app(client: Client | None = None, api_settings: ApiSettings | None = None, *,
+               dashboard_keyless: bool = False) -> FastAPI:
+    """`dashboard_keyless`: the dashboard lets a loopback visitor without a key see
+    every job (api.dashboard.access); `barge serve` sets it when bound to loopback."""
     client = client or Client()
     service = BatchService(client, api_settings or api_settings_from_env(client.settings))
     keys = ApiKeys(client.store.engine)
     app = FastAPI(title="Barge: the OpenAI Batch API", docs_url=None, redoc_url=None)
     _add_error_handlers(app, service.settings.max_file_bytes + REQUEST_OVERHEAD_BYTES)
+    app.include_router(dashboard_router(client.store, keys, keyless_on_loopback=dashboard_keyless))
+    mount_static(app)
 
     def caller(request: Request) -> ApiKey:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")

@@ -22,6 +22,7 @@ from queueing.app import create_app
 from queueing.dispatch import Dispatcher
 from queueing.fs_transport import bad_message_count
 from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
+from queueing.heartbeat import Heartbeat
 from queueing.housekeeping import Housekeeper
 from queueing.logs import configure_logging
 from queueing.metrics import WorkerMetrics
@@ -65,7 +66,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     # task; the shard loop sees the drain deadline and releases its shard if it passes.
     worker_shutting_down.connect(lambda **_: runtime.begin_drain(), weak=False)
     threads = [Dispatcher(runtime, interval_s=float(os.environ.get("BARGE_DISPATCH_INTERVAL_S", "2"))),
-               Housekeeper(runtime)]
+               Housekeeper(runtime), Heartbeat(runtime)]
     for thread in threads:
         thread.start()
     if settings.is_embedded_broker:

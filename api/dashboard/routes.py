@@ -1,0 +1,140 @@
+"""The dashboard's routes under /dashboard: four pages (jobs, a job, workers,
+schedules), their JSON twins under /dashboard/api, a login form for a key, and the
+package's static files. Every page is read-only; every answer says no-store and carries
+a Content-Security-Policy that allows only this server's own script and styles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from api.dashboard import fleet
+from api.dashboard.access import COOKIE, PREFIX, Access, NeedsKey, Viewer
+from api.dashboard.job_page import clock, job_page
+from api.dashboard.reads import DashboardReads
+from jobs.api_keys import ApiKeys
+from jobs.status import JobStatus
+from jobs.store import Store
+from jobs.throughput import format_duration, format_rate
+
+HERE = Path(__file__).parent
+HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+           "X-Content-Type-Options": "nosniff",
+           "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                                      "connect-src 'self'; form-action 'self'; frame-ancestors 'none'"}
+STATUSES = {str(s) for s in JobStatus}
+
+
+def templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+    env.filters.update(duration=format_duration, clock=lambda t: "-" if t is None else clock(t),
+                       rate=lambda v, unit: format_rate(v, unit), tojson_compact=lambda v: json.dumps(v, sort_keys=True))
+    return env
+
+
+def dashboard_router(store: Store, keys: ApiKeys, *, keyless_on_loopback: bool) -> APIRouter:
+    access, reads, env = Access(keys, keyless_on_loopback), DashboardReads(store), templates()
+    router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+    def page(name: str, viewer: Viewer | None, status_code: int = 200, **context) -> HTMLResponse:
+        html = env.get_template(name).render(viewer=viewer, prefix=PREFIX, **context)
+        return HTMLResponse(html, status_code=status_code, headers=HEADERS)
+
+    def answer(request: Request, render):
+        """The viewer's page, or the login form (HTML) / 401 (JSON) without a usable key."""
+        try:
+            viewer = access.viewer(request)
+        except NeedsKey as needs:
+            if request.url.path.startswith(f"{PREFIX}/api/"):
+                return JSONResponse({"error": needs.message}, status_code=401, headers=HEADERS)
+            return page("login.html", None, 401, error=needs.message, next_path=request.url.path)
+        return render(viewer)
+
+    def json_answer(value, status_code: int = 200) -> JSONResponse:
+        return JSONResponse(value, status_code=status_code, headers=HEADERS)
+
+    def filters(status: str | None, model: str | None, schedule: str | None) -> dict:
+        return {"status": status if status in STATUSES else None, "model": model or None, "schedule": schedule or None}
+
+    @router.get("", response_class=HTMLResponse)
+    @router.get("/", response_class=HTMLResponse)
+    def home() -> Response:
+        return RedirectResponse(f"{PREFIX}/jobs", status_code=303)
+
+    @router.get("/jobs", response_class=HTMLResponse)
+    def jobs_page(request: Request, status: str | None = None, model: str | None = None,
+                  schedule: str | None = None) -> Response:
+        chosen = filters(status, model, schedule)
+        return answer(request, lambda viewer: page(
+            "jobs.html", viewer, jobs=reads.jobs(viewer.key_id, **chosen), chosen=chosen,
+            options=reads.job_filters(viewer.key_id)))
+
+    @router.get("/api/jobs")
+    def jobs_json(request: Request, status: str | None = None, model: str | None = None,
+                  schedule: str | None = None) -> Response:
+        chosen = filters(status, model, schedule)
+        return answer(request, lambda viewer: json_answer({"jobs": reads.jobs(viewer.key_id, **chosen)}))
+
+    @router.get("/jobs/{job_id}", response_class=HTMLResponse)
+    def one_job_page(request: Request, job_id: str, fragment: bool = False) -> Response:
+        def render(viewer: Viewer) -> Response:
+            if not reads.can_see(viewer.key_id, job_id):
+                return page("missing.html", viewer, 404, what=f"job {job_id}")
+            return page("job_live.html" if fragment else "job.html", viewer, **job_page(reads, job_id))
+        return answer(request, render)
+
+    @router.get("/api/jobs/{job_id}")
+    def one_job_json(request: Request, job_id: str) -> Response:
+        def render(viewer: Viewer) -> Response:
+            if not reads.can_see(viewer.key_id, job_id):
+                return json_answer({"error": f"no job {job_id}"}, 404)
+            found = job_page(reads, job_id)
+            found.pop("charts")
+            return json_answer(found)
+        return answer(request, render)
+
+    @router.get("/workers", response_class=HTMLResponse)
+    def workers_page(request: Request, fragment: bool = False) -> Response:
+        return answer(request, lambda viewer: page("workers_live.html" if fragment else "workers.html", viewer,
+                                                   workers=fleet.workers(store, viewer.key_id),
+                                                   stale_s=fleet.STALE_BEAT_S))
+
+    @router.get("/api/workers")
+    def workers_json(request: Request) -> Response:
+        return answer(request, lambda viewer: json_answer({"workers": fleet.workers(store, viewer.key_id)}))
+
+    @router.get("/schedules", response_class=HTMLResponse)
+    def schedules_page(request: Request, fragment: bool = False) -> Response:
+        return answer(request, lambda viewer: page(
+            "schedules_live.html" if fragment else "schedules.html", viewer,
+            schedules=fleet.schedules(store) if viewer.key is None else None))
+
+    @router.get("/login", response_class=HTMLResponse)
+    def login_form() -> Response:
+        return page("login.html", None, error=None, next_path=f"{PREFIX}/jobs")
+
+    @router.post("/login", response_class=HTMLResponse)
+    def login(key: str = Form(...)) -> Response:
+        if keys.authenticate(key.strip()) is None:
+            return page("login.html", None, 401, error="that API key is not valid (unknown or revoked)",
+                        next_path=f"{PREFIX}/jobs")
+        done = RedirectResponse(f"{PREFIX}/jobs", status_code=303, headers=HEADERS)
+        done.set_cookie(COOKIE, key.strip(), httponly=True, samesite="strict", path=PREFIX)
+        return done
+
+    @router.post("/logout")
+    def logout() -> Response:
+        done = RedirectResponse(f"{PREFIX}/login", status_code=303, headers=HEADERS)
+        done.delete_cookie(COOKIE, path=PREFIX)
+        return done
+
+    return router
+
+
+def mount_static(app) -> None:
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="dashboard-static")

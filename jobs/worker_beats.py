@@ -1,0 +1,74 @@
+"""Workers' heartbeats: what each `barge worker` reports about itself every few seconds
+(its models, each loaded engine's settings and last step figures), for the dashboard.
+
+A report, not a lease: shards are held by their own leases (jobs.shard_store), and
+nothing decides anything from this table. A worker that died simply stops beating; the
+dashboard shows how long ago its last beat was. Migration 0014 creates the table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sqlalchemy import Column, Engine, Float, String, Table, Text, select, update
+
+from jobs.tables import metadata
+
+workers = Table(
+    "barge_workers", metadata,
+    Column("id", String(200), primary_key=True),          # Runtime.worker_id: "host:pid", as on shards
+    Column("models", Text, nullable=False),                # JSON list of model keys it serves
+    Column("engines", Text, nullable=False),               # JSON list of EngineBeat dicts
+    Column("started_at", Float, nullable=False),
+    Column("heartbeat_at", Float, nullable=False),
+    Column("stopped_at", Float),                           # set by a worker that stopped cleanly
+)
+
+
+@dataclass(frozen=True)
+class EngineBeat:
+    """One loaded engine, as of the last beat."""
+
+    settings: dict                          # queueing.usage.engine_settings: model, mode, device, dtype, limits
+    num_steps: int = 0                      # steps since the worker started
+    occupancy: float | None = None          # mean StepStats.occupancy over the steps since the last beat
+    kv_cache_usage: float | None = None     # at the last step; None: no KV cache (embed) or no step yet
+    num_seqs: int | None = None             # in the last step's batch
+
+
+@dataclass(frozen=True)
+class WorkerBeat:
+    id: str
+    models: list[str]
+    engines: list[EngineBeat] = field(default_factory=list)
+    started_at: float = 0.0
+    heartbeat_at: float = 0.0
+    stopped_at: float | None = None
+
+
+class WorkerBeats:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def beat(self, beat: WorkerBeat) -> None:
+        """Insert or refresh the worker's row (a plain update, else an insert: portable)."""
+        values = dict(models=json.dumps(beat.models), engines=json.dumps([e.__dict__ for e in beat.engines]),
+                      heartbeat_at=beat.heartbeat_at, stopped_at=beat.stopped_at)
+        with self.engine.begin() as conn:
+            if conn.execute(update(workers).where(workers.c.id == beat.id).values(**values)).rowcount == 0:
+                conn.execute(workers.insert().values(id=beat.id, started_at=beat.started_at, **values))
+
+    def list(self, since: float | None = None) -> list[WorkerBeat]:
+        """Workers whose last beat is after `since` (all when None), the latest first."""
+        query = select(workers).order_by(workers.c.heartbeat_at.desc())
+        if since is not None:
+            query = query.where(workers.c.heartbeat_at >= since)
+        with self.engine.connect() as conn:
+            return [_beat(row) for row in conn.execute(query)]
+
+
+def _beat(row) -> WorkerBeat:
+    return WorkerBeat(id=row.id, models=json.loads(row.models),
+                      engines=[EngineBeat(**e) for e in json.loads(row.engines)], started_at=row.started_at,
+                      heartbeat_at=row.heartbeat_at, stopped_at=row.stopped_at)
