@@ -14,8 +14,9 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # move the pinned torch or triton (what `import whisper` needs is in the test extra).
 # Debian packages the transcription tests use: espeak-ng (speech with known words), sox,
 # alsa-utils (the real voice clips in /usr/share/sounds/alsa); g++, which builds the CPU
-# decode-attention kernel (engine/kernels/cpu_ops.py); installed when missing.
-SYSTEM_PACKAGES := espeak-ng sox alsa-utils g++
+# decode-attention kernel (engine/kernels/cpu_ops.py); chromium and chromium-driver, the
+# headless browser the dashboard's tests drive; installed when missing.
+SYSTEM_PACKAGES := espeak-ng sox alsa-utils g++ chromium chromium-driver
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup system-packages demo test clean
