@@ -5,7 +5,8 @@ A cached result is reused only when everything that shaped it is unchanged. The
 mode and the mode's parameters; a *key* hashes one input value within it. A new model
 file, another `dimensions` or `max_tokens`, and every key changes with it.
 
-A model's revision is read from its files, not trusted from a name: for each weight
+A Hub model's revision is the commit its id resolved to at submit (jobs.hub_models).
+A local model's revision is read from its files, not trusted from a name: for each weight
 file its name, size and a hash of its first and last MiB (hashing whole multi-GB
 checkpoints at every submission would cost more than the rows it saves); config and
 tokenizer files are hashed whole.
@@ -17,6 +18,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from jobs.models import ModelRef
 from jobs.spec import JobSpec
 
 CACHE_FORMAT = 1                # bump when the cached columns or the hashing change
@@ -39,6 +41,13 @@ def model_revision(path: str | Path) -> str:
     for weights in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES):
         _sample_file(digest, weights, str(weights.relative_to(path)))
     return digest.hexdigest()
+
+
+def model_identity(model: ModelRef) -> str:
+    """What a job's results depend on of its model: a Hub model's commit (and GGUF file),
+    so that two revisions never share results even where their files are equal; a
+    local model's files (model_revision)."""
+    return f"hub:{model.key}" if model.pinned else model_revision(model.path)
 
 
 def _sample_file(digest, path: Path, name: str) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from jobs.cache_keys import cache_namespace, model_revision
+from jobs.cache_keys import cache_namespace, model_identity
 from jobs.events import final_event
 from jobs.records import JobProgress
 from jobs.settings import Settings
@@ -66,8 +66,10 @@ class Client:
         raises `JobSpecError` naming the field, and nothing is queued. A given `job_id`
         that exists already raises sqlalchemy's IntegrityError (schedules rely on it)."""
         checked = check_job(spec)
+        if checked.model.pinned:   # a Hub id: the job stores the commit it resolved to now, for every worker
+            spec = replace(spec, model=checked.model.pinned)
         secret = (webhook_secret or generate_secret()) if spec.webhook_url else None
-        namespace = cache_namespace(spec, model_revision(checked.model.path)) if spec.incremental else None
+        namespace = cache_namespace(spec, model_identity(checked.model)) if spec.incremental else None
         job_id = self.store.create_job(spec, model_key=checked.model.key, rows_total=checked.input.num_rows,
                                        output_schema=encoded_schema(checked), webhook_secret=secret,
                                        job_id=job_id, cache_namespace=namespace)

@@ -3,9 +3,11 @@
 A name is either registered — in `BARGE_MODELS` ("name=path,name=path"), in the JSON
 file named by `BARGE_MODELS_FILE` ({"name": "path"} or {"name": {"path": ...}}), or
 built in (the packaged all-MiniLM-L6-v2, SmolLM2-135M-Instruct, Whisper base and
-tiny.en) — or it is a model folder path (or a .gguf file, or an openai-whisper .pt). Both sides
-resolve to a `ModelRef` whose `key` picks the queue, so a job naming "minilm" and a
-worker started with the same folder path meet on one queue.
+tiny.en) — or it is a model folder path (or a .gguf file, or an openai-whisper .pt), or
+a Hugging Face Hub id (`org/name[@revision][:quantization]`, `hf://org/name`: see
+jobs.hub_models; a local folder of the same name wins, `hf://` never looks for one).
+Both sides resolve to a `ModelRef` whose `key` picks the queue, so a job naming
+"minilm" and a worker started with the same folder path meet on one queue.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs import packaged_whisper as packaged
+from jobs.hub_models import HUB_PREFIX, fetch_snapshot, parse_hub_id
 
 
 @dataclass(frozen=True)
 class ModelRef:
-    key: str    # stable routing key: the registered name, or "<folder>-<hash of path>"
-    path: str   # absolute model folder path on this machine
+    key: str    # stable routing key: the registered name, "<folder>-<hash of path>", or a Hub
+                # model's "hf.<org>--<name>[.<gguf stem>]@<commit>" (jobs.hub_models)
+    path: str   # absolute model folder (or file) path on this machine
+    pinned: str | None = None   # a Hub model: its id at the resolved commit, which a job stores
 
 
 def _builtin_models() -> dict[str, str]:
@@ -76,6 +81,8 @@ def registered_models(env: dict[str, str] | None = None) -> dict[str, str]:
 def resolve_model(name_or_path: str, env: dict[str, str] | None = None) -> ModelRef:
     """Resolve a model name or folder path; ValueError("model: ...") if it is neither."""
     models = registered_models(env)
+    if name_or_path.startswith(HUB_PREFIX):
+        return resolve_hub_model(name_or_path)
     if name_or_path in models:
         path = os.path.abspath(os.path.expanduser(models[name_or_path]))
         _prepare(name_or_path, path)
@@ -85,12 +92,22 @@ def resolve_model(name_or_path: str, env: dict[str, str] | None = None) -> Model
         return ModelRef(key=_canonical_name(name_or_path, path, models), path=path)
     path = os.path.abspath(os.path.expanduser(name_or_path))
     if not Path(path).is_dir() and not _is_gguf(path) and not _is_whisper_pt(path):
+        if parse_hub_id(name_or_path) is not None:
+            return resolve_hub_model(name_or_path)
         known = ", ".join(sorted(models)) or "none"
-        raise ValueError(f"model: {name_or_path!r} is neither a registered model (known: {known}) "
-                         "nor a model folder or .gguf file")
+        raise ValueError(f"model: {name_or_path!r} is neither a registered model (known: {known}), "
+                         "a model folder or .gguf file, nor a Hub id (org/name)")
     if not _is_model(path):
         raise ValueError(f"model: folder {path} has no config.json")
     return ModelRef(key=_canonical_name(None, path, models), path=path)
+
+
+def resolve_hub_model(name: str) -> ModelRef:
+    """A Hub id, resolved to a commit and fetched (or found in the Hub cache)."""
+    snapshot = fetch_snapshot(parse_hub_id(name))
+    if not _is_model(snapshot.path):
+        raise ValueError(f"model: {name!r} at commit {snapshot.commit} has no config.json")
+    return ModelRef(key=snapshot.key, path=snapshot.path, pinned=snapshot.hub_id.pinned(snapshot.commit))
 
 
 def model_mode(path: str) -> str:

@@ -8,11 +8,13 @@ or several test runs — can share one broker without taking each other's messag
 
 from __future__ import annotations
 
+from jobs.hub_models import queue_key
+
 CONTROL_QUEUE = "control"
 
 
 def model_queue(model_key: str) -> str:
-    return f"model.{model_key}"
+    return f"model.{queue_key(model_key)}"   # a Hub model: one queue for all its commits
 
 
 def queue_name(namespace: str, queue: str) -> str:

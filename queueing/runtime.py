@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from celery import Celery
 
-from jobs.models import ModelRef
+from jobs.hub_models import is_hub_key, queue_key
+from jobs.models import ModelRef, resolve_model
 from jobs.records import JobRecord
 from jobs.settings import Settings
 from jobs.store import Store
@@ -90,6 +91,24 @@ class Runtime:
                 self.metrics.observe_engine(engine, model_key, mode)
                 self.engines[key] = engine
             return engine
+
+    def fetch_model(self, job: JobRecord) -> None:
+        """A Hub model's commit that this worker has not served yet is fetched (or found in
+        the Hub cache) now, before a shard of it is claimed: the job stores the id pinned
+        to its commit (jobs.hub_models), and its engine is that commit's alone."""
+        if job.model_key in self.models or not is_hub_key(job.model_key):
+            return
+        if queue_key(job.model_key) not in {queue_key(key) for key in self.models}:
+            raise LookupError(f"this worker does not serve model {job.spec.model!r}")
+        ref = resolve_model(job.spec.model)
+        if ref.key != job.model_key:
+            raise LookupError(f"{job.spec.model!r} resolves to {ref.key} on this worker, not {job.model_key}")
+        with self._lock:
+            self.models[ref.key] = ref
+
+    @property
+    def serves_hub_models(self) -> bool:
+        return any(is_hub_key(key) for key in self.models)
 
     def load_engine(self, model_key: str, mode: str, quantization: str | None = None):
         """A fresh engine that this runtime does not keep (the unquantized baseline of a

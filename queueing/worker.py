@@ -138,6 +138,7 @@ def begin_shard(runtime: Runtime, job_id: str, shard_index: int) -> "ShardWork |
     if runtime.drain_deadline is not None:   # draining: leave it on the queue's next reader
         runtime.send_shards(store.get_job(job_id), [shard_index])
         return ShardOutcome("released")
+    fetch_error = _fetch_model(runtime, job_id)
     claim = store.claim_shard(job_id, shard_index, worker_id=runtime.worker_id, lease_s=options.lease_s)
     if claim is None:
         log.info("job %s shard %d: dropped (finished, held by a live worker, or job not running)", job_id, shard_index)
@@ -149,6 +150,8 @@ def begin_shard(runtime: Runtime, job_id: str, shard_index: int) -> "ShardWork |
         # queueing.pipeline), so another crash costs no other shard an attempt.
         runtime.pipeline.wait_idle()
     work = ShardWork(job, claim, lease, ShardPlan.from_dict(claim.plan), pa.array([]), [], {})
+    if fetch_error is not None:   # the attempt fails with the reason: retried, then dead-lettered
+        return end_failed(runtime, work, fetch_error)
     try:
         rows = read_rows(job, work.shard)
         work.ids, work.inputs, work.carried, work.input_errors = rows.ids, rows.inputs, rows.carried, rows.errors
@@ -161,6 +164,19 @@ def begin_shard(runtime: Runtime, job_id: str, shard_index: int) -> "ShardWork |
     if wants_quant_check(runtime, job, shard_index):
         run_quant_check(runtime, job, work.inputs)
     return work
+
+
+def _fetch_model(runtime: Runtime, job_id: str) -> Exception | None:
+    """A Hub model's commit is fetched before the claim, so no lease runs out over a
+    download (Runtime.fetch_model); a failure is returned, to fail the claimed attempt."""
+    if not runtime.serves_hub_models:
+        return None
+    try:
+        runtime.fetch_model(runtime.store.get_job(job_id))
+    except Exception as exc:  # noqa: BLE001 - the attempt fails with it once claimed
+        log.warning("job %s: its model cannot be fetched on this worker: %s", job_id, exc)
+        return exc
+    return None
 
 
 def check_still_held(runtime: Runtime, work: ShardWork) -> None:

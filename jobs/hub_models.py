@@ -1,0 +1,172 @@
+"""Models by their Hugging Face Hub ids: `org/name`, `org/name@revision` (a branch, tag
+or commit), `hf://org/name`, and `org/name:Q4_1` for one quantization of a GGUF repo.
+
+Everything goes through huggingface_hub with its own settings (HF_HOME or HF_HUB_CACHE,
+HF_HUB_OFFLINE, HF_TOKEN, HF_ENDPOINT); Barge adds none. A revision is resolved to a
+commit once (`HfApi.resolve_revision`, which also records the branch in the cache's
+refs/), then only the files the model needs are fetched at that commit
+(`snapshot_download` with `allow_patterns`): the config, the tokenizer, the safetensors
+weights or one GGUF file, the sentence-transformers modules, a CTranslate2 Whisper's
+model.bin. Offline, the same calls find the files in the cache or say why they cannot.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+HUB_PREFIX = "hf://"
+KEY_PREFIX = "hf."        # routing keys of Hub models: "hf.<org>--<name>[.<gguf stem>]@<commit>"
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+_HUB_ID = re.compile(rf"(?P<repo>{_NAME}/{_NAME})(?::(?P<quant>[A-Za-z0-9_.-]+))?(?:@(?P<revision>[^\s:@]+))?"
+                     rf"(?::(?P<quant_after>[A-Za-z0-9_.-]+))?")
+
+# The files a model is made of, as huggingface_hub's allow_patterns (fnmatch: "*" also
+# matches "/"). Everything else in a repo (pytorch_model.bin, ONNX, OpenVINO, TF, Flax,
+# READMEs, other GGUF quantizations) is never downloaded.
+CONFIG_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
+                "vocab.json", "merges.txt", "tokenizer.model", "*.tiktoken", "chat_template.jinja",
+                "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+                "[0-9]_*/config.json", "[0-9]_*/*.safetensors", "vocabulary.txt", "vocabulary.json")
+SAFETENSORS_FILES = ("model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json")
+CT2_WHISPER_FILES = ("model.bin",)   # faster-whisper (CTranslate2) repos name their weights so
+
+
+@dataclass(frozen=True)
+class HubId:
+    repo_id: str                     # "org/name"
+    revision: str | None = None      # branch, tag or commit; None: the repo's default branch
+    quantization: str | None = None  # GGUF repos: which file, e.g. "Q4_1"
+
+    def pinned(self, commit: str) -> str:
+        """This id at one commit: what a job stores, so that every worker loads that commit."""
+        return f"{self.repo_id}@{commit}" + (f":{self.quantization}" if self.quantization else "")
+
+
+@dataclass(frozen=True)
+class HubSnapshot:
+    hub_id: HubId
+    commit: str                  # the commit the revision resolved to
+    folder: Path                 # snapshots/<commit> in the Hub cache
+    gguf_file: str | None = None  # a GGUF model: its file in `folder`
+
+    @property
+    def path(self) -> str:
+        return str(self.folder / self.gguf_file) if self.gguf_file else str(self.folder)
+
+    @property
+    def key(self) -> str:
+        """The routing key: one queue per repo (and GGUF file), one engine per commit."""
+        stem = f".{Path(self.gguf_file).stem}" if self.gguf_file else ""
+        return f"{KEY_PREFIX}{self.hub_id.repo_id.replace('/', '--')}{stem}@{self.commit}"
+
+
+def parse_hub_id(name: str) -> HubId | None:
+    """The Hub id `name` spells, or None if it spells none; ValueError for a malformed
+    `hf://` name (the prefix says it must be one)."""
+    text = name.removeprefix(HUB_PREFIX)
+    match = _HUB_ID.fullmatch(text)
+    if match is None or (match["quant"] and match["quant_after"]):
+        if name.startswith(HUB_PREFIX):
+            raise ValueError(f"model: {name!r} is not a Hub id; expected hf://org/name[@revision][:quantization]")
+        return None
+    return HubId(match["repo"], match["revision"], match["quant"] or match["quant_after"])
+
+
+def queue_key(model_key: str) -> str:
+    """The part of a model key that names its queue: a Hub model's commit is left out, so
+    a worker serving the repo takes the shards of every commit (fetching each before it
+    claims a shard of it)."""
+    return model_key.partition("@")[0] if model_key.startswith(KEY_PREFIX) else model_key
+
+
+def is_hub_key(model_key: str) -> bool:
+    return model_key.startswith(KEY_PREFIX) and "@" in model_key
+
+
+def select_files(files: list[str], hub_id: HubId) -> tuple[list[str], str | None]:
+    """The files to fetch out of a repo's (or a cached snapshot's) listing, and the GGUF
+    file if the model is one. ValueError("model: ...") when the repo has no weights Barge
+    loads, or when it is a GGUF repo with several quantizations and none (or an unknown
+    one) is named."""
+    name = f"{hub_id.repo_id}" + (f"@{hub_id.revision}" if hub_id.revision else "")
+    ggufs = sorted(f for f in files if f.endswith(".gguf") and "/" not in f)
+    configs = _matching(files, CONFIG_FILES)
+    if hub_id.quantization:
+        chosen = [f for f in ggufs if _quantization_of(f).lower() == hub_id.quantization.lower()]
+        if len(chosen) != 1:
+            raise ValueError(f"model: {name!r} has no GGUF file of quantization {hub_id.quantization!r} "
+                             f"(it has: {_quantizations(ggufs)})")
+        return configs + chosen, chosen[0]
+    weights = _matching(files, SAFETENSORS_FILES) or _matching(files, CT2_WHISPER_FILES)
+    if weights and "config.json" in files:
+        return configs + weights, None
+    if len(ggufs) == 1:
+        return configs + ggufs, ggufs[0]
+    if ggufs:
+        raise ValueError(f"model: {name!r} holds several GGUF quantizations; name one as "
+                         f"{hub_id.repo_id}:QUANT (it has: {_quantizations(ggufs)})")
+    raise ValueError(f"model: {name!r} has no weights Barge loads (config.json with safetensors, a GGUF file, "
+                     f"or a CTranslate2 Whisper model.bin); its files: {', '.join(sorted(files)[:12]) or 'none'}")
+
+
+def _matching(files: list[str], patterns: tuple[str, ...]) -> list[str]:
+    return [f for f in files if any(fnmatch.fnmatchcase(f, pattern) for pattern in patterns)]
+
+
+def _quantization_of(gguf_file: str) -> str:
+    """"SmolLM2-135M-Instruct.Q4_1.gguf" -> "Q4_1"; "model-q4_k_m.gguf" -> "q4_k_m"."""
+    stem = Path(gguf_file).stem
+    match = re.search(r"(?:^|[.-])((?:I?Q|BF|F)\d[A-Za-z0-9_]*)$", stem, flags=re.IGNORECASE)
+    return match.group(1) if match else stem
+
+
+def _quantizations(ggufs: list[str]) -> str:
+    return ", ".join(_quantization_of(f) for f in ggufs) or "no GGUF files"
+
+
+def fetch_snapshot(hub_id: HubId) -> HubSnapshot:
+    """Resolve the id's revision to a commit and fetch (or find in the Hub cache) the
+    files the model needs at that commit. ValueError("model: ...") with the library's
+    reason when it cannot: a wrong name, a private repo without a token, an unknown
+    revision, offline and not cached."""
+    import httpx2
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+                                        RevisionResolutionError)
+    name = hub_id.repo_id + (f"@{hub_id.revision}" if hub_id.revision else "")
+    api = HfApi()
+    try:
+        revision = api.resolve_revision(hub_id.repo_id, revision=hub_id.revision)
+        try:
+            files = api.list_repo_files(hub_id.repo_id, revision=revision.resolved)
+        except (OfflineModeIsEnabled, httpx2.TransportError):
+            files = _cached_files(hub_id.repo_id, revision.resolved)   # None: not cached either
+        except HfHubHTTPError as exc:
+            if exc.response is None or exc.response.status_code < 500:
+                raise
+            files = _cached_files(hub_id.repo_id, revision.resolved)   # the Hub is down: the cache may do
+        # Not cached and unreachable: snapshot_download says why (its own error, below).
+        wanted, gguf_file = select_files(files, hub_id) if files is not None else (None, None)
+        folder = snapshot_download(hub_id.repo_id, revision=revision, allow_patterns=wanted)
+    except (HfHubHTTPError, RevisionResolutionError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+            httpx2.TransportError) as exc:
+        reason = " ".join(str(exc).split())
+        raise ValueError(f"model: {name!r} cannot be fetched from the Hugging Face Hub "
+                         f"({type(exc).__name__}): {reason}") from None
+    return HubSnapshot(hub_id, revision.resolved, Path(folder), gguf_file)
+
+
+def _cached_files(repo_id: str, commit: str) -> list[str] | None:
+    """The files of a commit's snapshot in the Hub cache (the layout huggingface_hub
+    writes: models--org--name/snapshots/<commit>/...), or None if it is not there."""
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+    folder = Path(constants.HF_HUB_CACHE, repo_folder_name(repo_id=repo_id, repo_type="model"), "snapshots", commit)
+    if not folder.is_dir():
+        return None
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
