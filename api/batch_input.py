@@ -7,15 +7,20 @@ lines counted from 1), and no job is made. A good file becomes `BatchRequests`: 
 per prompt or embedding input (a line may hold several: a list `input` or `prompt`),
 the Barge params they share, and what formatting each line asks for.
 
-NOTE: a Barge job has one model and one set of sampling params, so every line of a
-batch must ask for the same ones (OpenAI requires one model per batch too; per-line
-sampling params are not supported yet and are refused, naming the line).
+NOTE: a Barge job has one model, so every line of a batch must ask for the same one
+(as OpenAI requires). Sampling params may differ per line (max_tokens, temperature,
+seed, stop, response_format): each row carries its line's params as JSON in the job's
+input (the job's `params_column`, jobs.row_params) and the engine batches requests with
+different params side by side. An embeddings batch shares one `dimensions`: its output
+column has one width.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+
+from engine.generate.structured import from_response_format
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -27,12 +32,13 @@ MAX_REQUESTS = 50_000          # lines per file, as OpenAI
 MAX_EMBEDDING_INPUTS = 50_000  # inputs over all lines of an embeddings batch, as OpenAI
 DEFAULT_MAX_TOKENS = 1024      # OpenAI's default is "until the context is full"; a batch needs a bound
 ROLES = ("system", "developer", "user", "assistant")
+PARAMS_COLUMN = "params"       # a generate batch's input column of per-row params (jobs.row_params)
 
 # Body fields each endpoint takes, beyond model and its prompt; any other is refused by
 # name rather than ignored (a silently ignored `logprobs` would be a wrong answer).
 SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n")
 ACCEPTED_FIELDS = {
-    CHAT: {"model", "messages", "user", "store", "stream", *SAMPLING_FIELDS},
+    CHAT: {"model", "messages", "user", "store", "stream", "response_format", *SAMPLING_FIELDS},
     COMPLETIONS: {"model", "prompt", "user", "stream", *SAMPLING_FIELDS},
     EMBEDDINGS: {"model", "input", "dimensions", "encoding_format", "user"},
 }
@@ -57,12 +63,13 @@ class BatchRequests:
 
     endpoint: str
     model: str
-    params: dict                                   # the job's params (engine sampling or embed options)
+    params: dict                                   # the job's params (embed options; generate: its params_column)
     custom_ids: list[str] = field(default_factory=list)       # line index -> custom_id
     encodings: list[str] = field(default_factory=list)        # line index -> "float" | "base64" (embeddings)
     row_lines: list[int] = field(default_factory=list)        # row -> line index (0-based)
     row_items: list[int] = field(default_factory=list)        # row -> position in its line's input list
     row_inputs: list = field(default_factory=list)            # row -> prompt text, messages, or text to embed
+    row_params: list[str] = field(default_factory=list)       # row -> its line's sampling params as JSON (generate)
 
     @property
     def num_lines(self) -> int:
@@ -143,14 +150,16 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
     model = _model(body, endpoint, known_models)
     params = _job_params(body, endpoint)
     inputs = _inputs(body, endpoint)
+    job_params = params if endpoint == EMBEDDINGS else {"params_column": PARAMS_COLUMN}
     if batch is None:
-        batch = BatchRequests(endpoint=endpoint, model=model, params=params)
+        batch = BatchRequests(endpoint=endpoint, model=model, params=job_params)
     elif model != batch.model:
         raise _Refused("mismatched_model", f"the model {model!r} differs from the batch's {batch.model!r}; "
                                            "a batch takes one model", "body.model")
-    elif params != batch.params:
+    elif job_params != batch.params:
         raise _Refused("mismatched_parameters", f"this line asks for {params}, the first line for {batch.params}; "
-                                                "Barge runs a batch as one job with one set of parameters", "body")
+                                                "an embeddings batch takes one dimensions (its output has one "
+                                                "width)", "body.dimensions")
     line_index = batch.num_lines
     batch.custom_ids.append(request["custom_id"])
     batch.encodings.append(body.get("encoding_format", "float"))
@@ -158,6 +167,8 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
         batch.row_lines.append(line_index)
         batch.row_items.append(item)
         batch.row_inputs.append(value)
+        if endpoint != EMBEDDINGS:
+            batch.row_params.append(json.dumps(params, ensure_ascii=False))
     return batch
 
 
@@ -201,6 +212,12 @@ def _sampling_params(body: dict) -> dict:
     if stop is not None:
         params["stop"] = [stop] if isinstance(stop, str) else stop
     _check_sampling(params)
+    try:    # its shape here; a schema that does not compile becomes the request's error (jobs.row_params)
+        structured = from_response_format(body.get("response_format"))
+    except ValueError as error:
+        raise _Refused("invalid_value", str(error), "body.response_format")
+    if structured is not None:
+        params["structured"] = structured
     return params
 
 

@@ -1,7 +1,8 @@
 """A valid batch as its job's input: one Parquet file of rows under the batch's folder,
 and back again (the rows' lines, custom_ids and encodings) when the output is made.
 
-    ROOT/batches/BATCH_ID/requests.parquet   line, item, custom_id, encoding_format, input
+    ROOT/batches/BATCH_ID/requests.parquet   line, item, custom_id, encoding_format, input,
+                                             params (generate: the row's sampling params as JSON)
     ROOT/batches/BATCH_ID/output/            the job's output (part files, manifest)
 
 `input` is the prompt text (/v1/completions), the text to embed (/v1/embeddings), or
@@ -14,7 +15,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from api.batch_input import CHAT, BatchRequests
+from api.batch_input import CHAT, EMBEDDINGS, PARAMS_COLUMN, BatchRequests
 from api.batch_output import RequestRows
 from storage.fs import join, resolve
 from storage.write import table_to_parquet_bytes, write_bytes_atomic
@@ -30,13 +31,16 @@ def batch_folder(root_url: str, batch_id: str) -> str:
 def write_requests(folder: str, batch: BatchRequests) -> str:
     """The requests' Parquet file (one row group per 2,048 rows); its URL."""
     input_type = MESSAGES_TYPE if batch.endpoint == CHAT else pa.string()
-    table = pa.table({
+    columns = {
         "line": pa.array(batch.row_lines, pa.int32()),
         "item": pa.array(batch.row_items, pa.int32()),
         "custom_id": pa.array([batch.custom_ids[line] for line in batch.row_lines], pa.string()),
         "encoding_format": pa.array([batch.encodings[line] for line in batch.row_lines], pa.string()),
         "input": pa.array(batch.row_inputs, input_type),
-    })
+    }
+    if batch.endpoint != EMBEDDINGS:
+        columns[PARAMS_COLUMN] = pa.array(batch.row_params, pa.string())
+    table = pa.table(columns)
     write_bytes_atomic(folder, REQUESTS_NAME, table_to_parquet_bytes(table))
     return join(folder, REQUESTS_NAME)
 

@@ -49,6 +49,9 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         # model's chat template; a column of chat messages is rendered whatever these say
         "chat": ((bool,), "a boolean (true: render each string as a user message with the chat template)"),
         "system_prompt": ((str, type(None)), "a string sent as the system message before each row, or null"),
+        # jobs.row_params: a string column whose rows hold JSON, each row's own params over these
+        "structured_column": ((str, type(None)), "the name of a column of each row's structured dict as JSON, or null"),
+        "params_column": ((str, type(None)), "the name of a column of each row's sampling params as JSON, or null"),
     },
     # engine.whisper.TranscribeParams; values are checked there too (jobs.validate)
     "transcribe": {

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from jobs.chat import without_chat_params
 from jobs.models import ModelRef, model_mode, resolve_model
+from jobs.row_params import ROW_COLUMN_PARAMS, check_row_column_params, is_row_column_type, row_columns
 from jobs.spec import JobSpec, JobSpecError
 from storage.errors import InputError, OutputError
 from storage.manifest import encode_schema, is_committed
@@ -54,6 +55,7 @@ def check_job(spec: JobSpec) -> CheckedJob:
     if spec.mode == "transcribe":
         _check_audio_column(spec, info)
     _check_messages_column(spec, info)
+    _check_row_columns(spec, info)
     id_field = info.schema.field(spec.id_column) if spec.id_column else ROW_INDEX_FIELD
     # Outside the try: a JobSpecError is a ValueError, and its field must not become id_column's.
     dimensions = _dimensions(spec, model)
@@ -81,8 +83,10 @@ def check_ids(spec: JobSpec, info: InputInfo) -> None:
 
 
 def read_columns(spec: JobSpec) -> list[str]:
-    """The input columns a shard reads, in order: the input, the id, the carried columns."""
-    return [spec.input_column] + ([spec.id_column] if spec.id_column else []) + list(spec.carry_columns)
+    """The input columns a shard reads, in order: the input, the id, the carried columns,
+    the columns of per-row params (jobs.row_params)."""
+    named = [spec.input_column] + ([spec.id_column] if spec.id_column else []) + list(spec.carry_columns)
+    return named + [column for column in _row_columns(spec).values() if column not in named]
 
 
 def carried_fields(spec: JobSpec, info: InputInfo) -> list[pa.Field]:
@@ -107,7 +111,11 @@ def input_columns(spec: JobSpec) -> dict[str, str]:
     columns = {"audio_column" if spec.mode == "transcribe" else "input_column": spec.input_column}
     if spec.id_column:
         columns["id_column"] = spec.id_column
-    return columns
+    return {**columns, **_row_columns(spec)}
+
+
+def _row_columns(spec: JobSpec) -> dict[str, str]:
+    return row_columns(spec.params) if spec.mode == "generate" else {}
 
 
 def encoded_schema(checked: CheckedJob) -> str:
@@ -120,6 +128,9 @@ def _check_mode(spec: JobSpec, model: ModelRef) -> None:
         raise JobSpecError("model", f"{spec.model!r} is a model for {serves!r}, not for mode {spec.mode!r}")
     if spec.mode == "generate":
         from engine.generate.sampling_params import SamplingParams   # imports torch: only here
+        malformed = check_row_column_params(spec.params)
+        if malformed:
+            raise JobSpecError(malformed.split(" ", 1)[0], malformed)
         try:
             SamplingParams(**sampling_kwargs(spec.params))
         except (TypeError, ValueError) as exc:
@@ -170,6 +181,18 @@ def _check_audio_column(spec: JobSpec, info: InputInfo) -> None:
                                            "job needs audio bytes (binary) or audio file paths/URLs (string)")
 
 
+def _check_row_columns(spec: JobSpec, info: InputInfo) -> None:
+    """A per-row params column holds JSON text (jobs.row_params); its rows are checked as read."""
+    for field_name, column in _row_columns(spec).items():
+        column_type = info.schema.field(column).type
+        if not is_row_column_type(column_type):
+            raise JobSpecError(field_name, f"column {column!r} has type {column_type}; it must hold JSON text "
+                                           "(a string column, null for the job's params)")
+        if spec.incremental:
+            raise JobSpecError(field_name, "an incremental job keys its cache on the input text alone, so it "
+                                           "cannot take per-row params yet; submit without incremental")
+
+
 def _check_messages_column(spec: JobSpec, info: InputInfo) -> None:
     """Chat messages are prompts: only a generate job renders them (jobs.chat)."""
     field = info.schema.field(spec.input_column) if spec.input_column in info.schema.names else None
@@ -182,7 +205,7 @@ def sampling_kwargs(params: dict) -> dict:
     """A generate job's params as engine.SamplingParams keywords (lists become tuples; the
     chat params shape the prompt instead, jobs.chat)."""
     return {name: tuple(value) if isinstance(value, list) else value
-            for name, value in without_chat_params(params).items()}
+            for name, value in without_chat_params(params).items() if name not in ROW_COLUMN_PARAMS}
 
 
 def _input_field(message: str, spec: JobSpec) -> str:
@@ -193,6 +216,9 @@ def _input_field(message: str, spec: JobSpec) -> str:
         return "id_column"
     if "(in carry_columns)" in message:
         return "carry_columns"
+    for name in ROW_COLUMN_PARAMS:
+        if f"(the params.{name})" in message:
+            return f"params.{name}"
     return "input"
 
 

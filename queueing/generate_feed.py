@@ -50,7 +50,8 @@ class GenerateFeed:
         `first_index`. A row that cannot run (empty, too long) gets its error at once;
         bad sampling parameters raise ValueError (the shard fails, as with generate())."""
         ids = work.ids.take(pa.array(rows, type=pa.int64()))
-        params = row_sampling_params(work.job.spec.params, ids)
+        row_params = [work.row_params[row] for row in rows] if work.row_params else None
+        params = row_sampling_params(work.job.spec.params, ids, row_params)
         prompts = [work.inputs[row] for row in rows]
         for offset, request in enumerate(self.llm.add_requests(prompts, params)):
             if isinstance(request, str):

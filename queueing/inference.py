@@ -14,12 +14,13 @@ from jobs.records import JobRecord
 from jobs.validate import sampling_kwargs
 
 
-def infer(engine, job: JobRecord, ids: pa.Array, inputs: list) -> list:
-    """Outputs in input order, each with .error set for a bad row instead of raising."""
+def infer(engine, job: JobRecord, ids: pa.Array, inputs: list, row_params: list[dict] | None = None) -> list:
+    """Outputs in input order, each with .error set for a bad row instead of raising.
+    `row_params`: each generate row's params over the job's (jobs.row_params), or None."""
     if job.spec.mode == "embed":
         return engine.encode(inputs, **job.spec.params)
     if job.spec.mode == "generate":
-        return engine.generate(inputs, _sampling_params(job.spec.params, ids))
+        return engine.generate(inputs, row_sampling_params(job.spec.params, ids, row_params))
     if job.spec.mode == "transcribe":     # audio bytes or paths/URLs; bad audio is a row's error
         return engine.transcribe(inputs, **job.spec.params)
     raise ValueError(f"mode {job.spec.mode!r} has no engine in this worker")
@@ -30,16 +31,22 @@ def row_seed(job_seed: int, row_id: object) -> int:
     return int.from_bytes(digest[:8], "big") >> 1   # a non-negative 63-bit integer
 
 
-def row_sampling_params(params: dict, ids: pa.Array) -> list:
-    """A job's sampling params for each of these rows (each with its own seed, if the job has one)."""
-    sampling = _sampling_params(params, ids)
-    return sampling if isinstance(sampling, list) else [sampling] * len(ids)
-
-
-def _sampling_params(params: dict, ids: pa.Array):
+def row_sampling_params(params: dict, ids: pa.Array, row_params: list[dict] | None = None) -> list:
+    """A job's sampling params for each of these rows (each with its own seed, if the job or
+    the row has one), a row's own params (jobs.row_params) over the job's; ValueError
+    naming the parameter the engine refuses."""
     from engine import SamplingParams
-    kwargs = sampling_kwargs(params)
-    seed = kwargs.pop("seed", None)
-    if seed is None:
-        return SamplingParams(**kwargs)
-    return [SamplingParams(**kwargs, seed=row_seed(seed, row_id)) for row_id in ids.to_pylist()]
+    overrides = row_params or [{}] * len(ids)
+    shared = None     # the job's own params, built once for the rows that add nothing to them
+    sampling = []
+    for row_id, override in zip(ids.to_pylist(), overrides):
+        kwargs = sampling_kwargs({**params, **override})
+        seed = kwargs.pop("seed", None)
+        if seed is not None:
+            sampling.append(SamplingParams(**kwargs, seed=row_seed(seed, row_id)))
+        elif override:
+            sampling.append(SamplingParams(**kwargs))
+        else:
+            shared = shared or SamplingParams(**kwargs)
+            sampling.append(shared)
+    return sampling

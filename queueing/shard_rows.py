@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from jobs.chat import chat_prompts
 from jobs.records import JobRecord
+from jobs.row_params import ROW_COLUMN_PARAMS, row_overrides
 from jobs.validate import read_columns
 from storage.fs import redact
 from storage.plan import ShardPlan
@@ -28,6 +29,7 @@ class ShardRows:
     inputs: list  # every row's input value; None for the error rows
     carried: dict  # output column name -> values copied from the input
     errors: dict[int, str]  # row in the shard -> why it cannot be computed
+    row_params: list[dict] | None = None  # row -> its params over the job's (jobs.row_params); None: none
 
 
 def read_rows(job: JobRecord, shard: ShardPlan) -> ShardRows:
@@ -46,10 +48,32 @@ def read_rows(job: JobRecord, shard: ShardPlan) -> ShardRows:
             errors[row] = f"the id is null; the row is {row_origin(shard, row)}"
     else:
         ids = input_positions(shard)
+    row_params = _row_params(job, table, ids, errors) if spec.mode == "generate" else None
     for row in errors:
         inputs[row] = None
     carried_names = list(spec.carry_columns) + (list(shard.pieces[0].partition) if spec.partition_columns else [])
-    return ShardRows(ids, inputs, {name: table.column(name) for name in carried_names}, errors)
+    return ShardRows(ids, inputs, {name: table.column(name) for name in carried_names}, errors, row_params)
+
+
+def _row_params(job: JobRecord, table: pa.Table, ids: pa.Array, errors: dict[int, str]) -> list[dict] | None:
+    """Each row's params from the job's per-row columns; a row whose params are refused
+    (bad JSON, a constraint that does not compile) gets that as its error here, before
+    any engine time."""
+    params = job.spec.params
+    names = [params[name] for name in ROW_COLUMN_PARAMS if params.get(name) is not None]
+    if not names:
+        return None
+    from queueing.inference import row_sampling_params   # imports the engine: generate workers only
+    overrides, refused = row_overrides(params, {name: table.column(name).to_pylist() for name in names})
+    for row, override in enumerate(overrides):
+        if override and row not in refused and row not in errors:
+            try:
+                row_sampling_params(params, ids.slice(row, 1), [override])
+            except (TypeError, ValueError) as error:
+                refused[row] = f"column {', '.join(map(repr, names))}: {error}"
+    for row, error in refused.items():
+        errors.setdefault(row, error)
+    return [{} if row in errors else override for row, override in enumerate(overrides)]
 
 
 def input_positions(shard: ShardPlan) -> pa.Array:

@@ -1,7 +1,9 @@
 """What a structured generate job's manifest adds to its stats: the rows that ended at
 max_tokens (finish_reason "length") under the job's constraint. Their text is an
 incomplete document (a JSON object cut off, a regex not yet matched), so a user who
-parses the results needs the count before reading them.
+parses the results needs the count before reading them. A job whose constraints come
+from a column (params.structured_column) counts every row that ended at max_tokens: its
+output does not say which rows had a constraint.
 
 Counted from the committed parts' `finish_reason` column, one column of one part at a
 time, as the errors file is derived from their `error` column."""
@@ -20,8 +22,9 @@ from storage.write import PartInfo
 
 
 def structured_stats(spec, parts: Sequence[PartInfo]) -> dict:
-    """{"structured": {"rows_length": N}} for a generate job with params.structured; else {}."""
-    if spec.mode != "generate" or not spec.params.get("structured"):
+    """{"structured": {"rows_length": N}} for a generate job with params.structured or
+    params.structured_column; else {}."""
+    if spec.mode != "generate" or not (spec.params.get("structured") or spec.params.get("structured_column")):
         return {}
     return {"structured": {"rows_length": sum(_num_length_rows(spec.output, part) for part in parts)}}
 

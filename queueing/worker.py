@@ -99,6 +99,7 @@ class ShardWork:
     fed: int = 0                                       # rows of todo handed to the engine
     started_at: float = field(default_factory=time.monotonic)
     early: dict = field(default_factory=dict)          # todo index -> output that finished before earlier rows
+    row_params: list | None = None                     # row -> its params over the job's (jobs.row_params)
 
     @property
     def shard_index(self) -> int:
@@ -155,6 +156,7 @@ def begin_shard(runtime: Runtime, job_id: str, shard_index: int) -> "ShardWork |
     try:
         rows = read_rows(job, work.shard)
         work.ids, work.inputs, work.carried, work.input_errors = rows.ids, rows.inputs, rows.carried, rows.errors
+        work.row_params = rows.row_params
         crash_if_poisoned(work.inputs)
         work.cache = _result_cache(runtime, job, decode_schema(job.output_schema), work.carried)
         work.cached = work.cache.lookup(work.ids, work.inputs) if work.cache else None
@@ -192,7 +194,9 @@ def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> No
     first = batch[0][0]
     ids = pa.concat_arrays([work.ids.take(pa.array(rows, type=pa.int64())) for work, rows in batch])
     inputs = [work.inputs[i] for work, rows in batch for i in rows]
-    outputs = infer(engine_of(runtime, first.job), first.job, ids, inputs)
+    row_params = ([work.row_params[i] if work.row_params else {} for work, rows in batch for i in rows]
+                  if any(work.row_params for work, _ in batch) else None)
+    outputs = infer(engine_of(runtime, first.job), first.job, ids, inputs, row_params)
     start = 0
     for work, rows in batch:
         work.outputs.extend(outputs[start:start + len(rows)])

@@ -194,6 +194,60 @@ def test_completions_batch_parses_as_completion(deployment, smollm2):
     assert body.choices[0].text == smollm2.generate(["The river"], SamplingParams(max_tokens=8, temperature=0))[0].text
 
 
+CITY_SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                              "population_millions": {"type": "integer", "minimum": 0}},
+               "required": ["city", "population_millions"], "additionalProperties": False}
+
+
+def test_lines_with_their_own_params_and_response_format_run_as_one_batch(deployment, smollm2):
+    """Lines differ in max_tokens, temperature, seed, stop and response_format, as real
+    batch files do; each answer is the engine's for that line's own params, and a schema
+    that does not compile is that line's error, not the batch's."""
+    from engine import SamplingParams
+    from queueing.inference import row_seed
+    client = _client(deployment)
+    schema_format = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True}}
+    asks = {  # custom_id -> (question, the line's body params, the engine's SamplingParams for it)
+        "short": ("Name three colours.", {"max_tokens": 3, "temperature": 0},
+                  dict(max_tokens=3, temperature=0)),
+        "stop": ("Count from 1 to 10, separated by commas.", {"max_tokens": 30, "temperature": 0, "stop": ["5"]},
+                 dict(max_tokens=30, temperature=0, stop=["5"])),
+        "seeded": ("Tell me a fact about rivers.", {"max_tokens": 12, "temperature": 0.9, "seed": 11},
+                   dict(max_tokens=12, temperature=0.9, seed=row_seed(11, 2))),   # its row: the third
+        "schema": ("Which is the largest city in Japan? Answer in JSON.",
+                   {"max_tokens": 40, "temperature": 0, "response_format": schema_format},
+                   dict(max_tokens=40, temperature=0, structured={"json_schema": CITY_SCHEMA})),
+        "object": ("Give a JSON object with a cat's name.",
+                   {"max_tokens": 80, "temperature": 0, "response_format": {"type": "json_object"}},
+                   dict(max_tokens=80, temperature=0, structured={"json_object": True})),
+    }
+    lines = [_chat_line(custom_id, question, **body) for custom_id, (question, body, _) in asks.items()]
+    bad_format = {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "object",
+                                                                                    "properties": 3}}}
+    lines.append(_chat_line("bad-schema", "Hi", max_tokens=5, response_format=bad_format))
+    batch = _poll(client, _submit(client, lines, "/v1/chat/completions").id, ("completed", "failed"),
+                  deployment=deployment)
+    assert batch.status == "completed", batch
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (5, 1)
+
+    outputs = {line["custom_id"]: ChatCompletion.model_validate(line["response"]["body"])
+               for line in _lines(client, batch.output_file_id)}
+    expected = smollm2.generate([[{"role": "user", "content": question}] for question, _, _ in asks.values()],
+                                [SamplingParams(**params) for _, _, params in asks.values()])
+    for custom_id, want in zip(asks, expected):
+        choice = outputs[custom_id].choices[0]
+        assert (choice.message.content, choice.finish_reason) == (want.text, want.finish_reason), custom_id
+    assert outputs["short"].usage.completion_tokens == 3 and outputs["short"].choices[0].finish_reason == "length"
+    assert "5" not in outputs["stop"].choices[0].message.content
+    assert set(json.loads(outputs["schema"].choices[0].message.content)) == {"city", "population_millions"}
+    cat = outputs["object"].choices[0]   # a 135M model may run any JSON object to max_tokens
+    assert isinstance(json.loads(cat.message.content), dict) if cat.finish_reason == "stop" else \
+        cat.message.content.lstrip().startswith("{")
+    (failed,) = _lines(client, batch.error_file_id)
+    assert failed["custom_id"] == "bad-schema" and failed["response"]["status_code"] == 400
+    assert "does not compile" in failed["response"]["body"]["error"]["message"]
+
+
 def test_a_malformed_file_fails_the_batch_line_by_line_and_runs_nothing(deployment):
     client = _client(deployment)
     jobs_before = len(deployment.client().jobs(limit=1000))

@@ -1,4 +1,4 @@
-"""parse_batch: a batch file becomes rows and shared params, or OpenAI's line errors."""
+"""parse_batch: a batch file becomes rows with each line's params, or OpenAI's line errors."""
 
 import json
 
@@ -18,6 +18,10 @@ def jsonl(*lines) -> bytes:
     return "".join((text if isinstance(text, str) else json.dumps(text)) + "\n" for text in lines).encode()
 
 
+def row_params(batch) -> list[dict]:
+    return [json.loads(params) for params in batch.row_params]
+
+
 def errors_of(data: bytes, endpoint=CHAT) -> list[tuple]:
     result = parse_batch(data, endpoint, MODELS)
     assert isinstance(result, list), result
@@ -29,15 +33,40 @@ def test_chat_lines_become_message_rows_with_openai_defaults():
         {"role": "developer", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
         {"role": "user", "content": "Hi"}])), CHAT, MODELS)
     assert batch.custom_ids == ["a", "b"] and batch.model == "smollm2"
-    assert batch.params == {"max_tokens": DEFAULT_MAX_TOKENS, "temperature": 1.0, "top_p": 1.0}
+    assert batch.params == {"params_column": "params"}
+    assert row_params(batch) == [{"max_tokens": DEFAULT_MAX_TOKENS, "temperature": 1.0, "top_p": 1.0}] * 2
     assert batch.row_inputs[1] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 
 
 def test_sampling_fields_map_to_engine_params():
     body = {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 5,
             "temperature": 0, "top_p": 0.5, "seed": 7, "stop": "\n"}
-    assert parse_batch(jsonl(line(**body)), CHAT, MODELS).params == {
-        "max_tokens": 5, "temperature": 0, "top_p": 0.5, "seed": 7, "stop": ["\n"]}
+    assert row_params(parse_batch(jsonl(line(**body)), CHAT, MODELS)) == [{
+        "max_tokens": 5, "temperature": 0, "top_p": 0.5, "seed": 7, "stop": ["\n"]}]
+
+
+def test_lines_may_differ_in_sampling_params_and_response_format():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    messages = [{"role": "user", "content": "Hi"}]
+    batch = parse_batch(jsonl(
+        line("a", model="smollm2", messages=messages, max_tokens=3, temperature=0),
+        line("b", model="smollm2", messages=messages, seed=5, stop=["."],
+             response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": True}}),
+        line("c", model="smollm2", messages=messages, response_format={"type": "json_object"}),
+        line("d", model="smollm2", messages=messages, response_format={"type": "text"})), CHAT, MODELS)
+    assert batch.params == {"params_column": "params"}
+    defaults = {"max_tokens": DEFAULT_MAX_TOKENS, "temperature": 1.0, "top_p": 1.0}
+    assert row_params(batch) == [
+        {"max_tokens": 3, "temperature": 0, "top_p": 1.0},
+        {**defaults, "seed": 5, "stop": ["."], "structured": {"json_schema": schema}},
+        {**defaults, "structured": {"json_object": True}},
+        defaults]
+
+
+def test_a_list_prompt_gives_each_of_its_rows_the_lines_params():
+    batch = parse_batch(jsonl(line("a", COMPLETIONS, model="smollm2", prompt=["x", "y"], max_tokens=2),
+                              line("b", COMPLETIONS, model="smollm2", prompt="z", max_tokens=9)), COMPLETIONS, MODELS)
+    assert [params["max_tokens"] for params in row_params(batch)] == [2, 2, 9]
 
 
 def test_a_list_input_is_one_row_per_item_of_one_line():
@@ -65,6 +94,11 @@ def test_a_list_input_is_one_row_per_item_of_one_line():
     (json.dumps(line(model="smollm2", messages=[], temperature=0)), (1, "missing_required_parameter", "body.messages")),
     (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], temperature=3)),
      (1, "invalid_value", "body.temperature")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
+                     response_format={"type": "xml"})), (1, "invalid_value", "body.response_format")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
+                     response_format={"type": "json_schema", "json_schema": {"name": "x"}})),
+     (1, "invalid_value", "body.response_format")),
 ])
 def test_a_bad_line_is_named_with_openais_code(text, expected):
     assert errors_of(jsonl(text)) == [expected]
@@ -72,9 +106,15 @@ def test_a_bad_line_is_named_with_openais_code(text, expected):
 
 def test_every_bad_line_is_reported_with_its_number():
     data = jsonl(line("a"), "{", line("a"), line("b", model="smollm2", messages=[{"role": "user", "content": "x"}],
-                                                  temperature=0))
+                                                  temperature=-1))
     assert errors_of(data) == [(2, "invalid_json_line", None), (3, "duplicate_custom_id", "custom_id"),
-                               (4, "mismatched_parameters", "body")]
+                               (4, "invalid_value", "body.temperature")]
+
+
+def test_an_embeddings_batch_takes_one_dimensions():
+    data = jsonl(line("a", EMBEDDINGS, model="minilm", input="x", dimensions=8),
+                 line("b", EMBEDDINGS, model="minilm", input="y", dimensions=16))
+    assert errors_of(data, EMBEDDINGS) == [(2, "mismatched_parameters", "body.dimensions")]
 
 
 def test_lines_must_share_one_model():

@@ -1,0 +1,86 @@
+"""Per-row sampling params of a generate job: a column of the input says, row by row, how
+that row is generated, on top of the job's params.
+
+    params={"structured_column": "COL"}   each row's constraint: a JSON string of the
+                                           structured dict (engine.generate.structured);
+                                           null = unconstrained
+    params={"params_column": "COL"}       each row's sampling params: a JSON object of
+                                           SamplingParams fields (max_tokens, temperature,
+                                           seed, stop, structured, logprobs, ...) that
+                                           override the job's; null = the job's
+
+The OpenAI Batch API stores each request's params this way (api.batch_store), so lines
+that differ in max_tokens, temperature, seed, stop or response_format run as one job:
+the engine batches requests with different SamplingParams side by side.
+
+The columns are checked at submit (present, string-typed: jobs.validate); a row whose
+value is not valid JSON, or whose params the engine refuses (a schema that does not
+compile, a negative max_tokens), gets that as its error and costs no engine time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+ROW_COLUMN_PARAMS = ("structured_column", "params_column")   # job params that name a column, not a value
+# fields a params_column row may not set: they shape the job, not one request
+JOB_ONLY_PARAMS = ("chat", "system_prompt", *ROW_COLUMN_PARAMS)
+
+
+def row_columns(params: dict) -> dict[str, str]:
+    """"params.<name>" -> the column it names, for the job params that name one."""
+    return {f"params.{name}": params[name] for name in ROW_COLUMN_PARAMS if params.get(name) is not None}
+
+
+def check_row_column_params(params: dict) -> str | None:
+    """Why the row-column params are malformed (a message naming the field), or None."""
+    for name in ROW_COLUMN_PARAMS:
+        value = params.get(name)
+        if value is not None and (not isinstance(value, str) or not value):
+            return f"params.{name} must be a column name (a non-empty string), got {value!r}"
+    if params.get("structured_column") is not None and params.get("structured") is not None:
+        return "params.structured and params.structured_column exclude each other: one constraint for every row, " \
+               "or one per row"
+    return None
+
+
+def is_row_column_type(column_type: pa.DataType) -> bool:
+    return pa.types.is_string(column_type) or pa.types.is_large_string(column_type) or pa.types.is_null(column_type)
+
+
+def row_overrides(params: dict, columns: dict[str, list]) -> tuple[list[dict], dict[int, str]]:
+    """Each row's params over the job's, from `columns` (column name -> its values), and
+    row -> why its value cannot be used. A row without a value gets {} (the job's params)."""
+    num_rows = len(next(iter(columns.values()))) if columns else 0
+    overrides: list[dict] = [{} for _ in range(num_rows)]
+    errors: dict[int, str] = {}
+    for name, column in ((name, params.get(name)) for name in ROW_COLUMN_PARAMS):
+        if column is None:
+            continue
+        for row, value in enumerate(columns[column]):
+            if value is None or row in errors:
+                continue
+            parsed = _parse(name, column, value)
+            if isinstance(parsed, str):
+                errors[row] = parsed
+            else:
+                overrides[row].update(parsed)
+    return overrides, errors
+
+
+def _parse(name: str, column: str, value: str) -> dict | str:
+    where = f"column {column!r} (params.{name})"
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        return f"{where} is not valid JSON: {error.msg} at column {error.colno}"
+    if name == "structured_column":
+        return {"structured": parsed} if parsed is not None else {}
+    if not isinstance(parsed, dict):
+        return f"{where} must hold a JSON object of sampling params, got {type(parsed).__name__}"
+    refused = sorted(set(parsed) & set(JOB_ONLY_PARAMS))
+    if refused:
+        return f"{where} sets {', '.join(refused)}, which only a job's params can set"
+    return parsed
