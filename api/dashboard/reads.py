@@ -16,7 +16,7 @@ from collections import Counter
 from sqlalchemy import func, select
 
 from api.dashboard.chart import Commit
-from api.dashboard.redaction import redact_text, redact_value
+from api.dashboard.redaction import redact_text, redact_value, redact_webhook_text, redact_webhook_url
 from jobs import tables
 from jobs.api_tables import api_batches, api_keys
 from jobs.records import JobRecord
@@ -105,16 +105,15 @@ class DashboardReads:
             return [_shard_view(row) for row in conn.execute(query)]
 
     def webhooks(self, job_id: str) -> list[dict]:
-        from api.dashboard.redaction import redact_webhook_url
         events = []
         for event in self.store.outbox.events(job_id):
             events.append({"id": event.id, "type": event.type, "url": redact_webhook_url(event.url),
                            "status": event.status, "num_attempts": event.attempts,
-                           "last_status_code": event.last_status_code, "last_error": redact_text(event.last_error),
+                           "last_status_code": event.last_status_code, "last_error": redact_webhook_text(event.last_error),
                            "created_at": event.created_at, "delivered_at": event.delivered_at,
                            "attempts": [{"attempt": a.attempt, "started_at": a.started_at,
                                          "finished_at": a.finished_at, "status_code": a.status_code,
-                                         "latency_s": a.latency_s, "error": redact_text(a.error),
+                                         "latency_s": a.latency_s, "error": redact_webhook_text(a.error),
                                          "ok": a.status_code is not None and 200 <= a.status_code < 300}
                                         for a in self.store.outbox.attempts(event.id)]})
         return events

@@ -14,7 +14,8 @@ from typing import Any
 from storage.fs import redact_urls
 
 HIDDEN = "***"
-SECRET_NAME = re.compile(r"secret|token|password|passwd|credential|api[_-]?key|access[_-]?key|authorization",
+# "token" only at the end of a name: auth_token is a secret, max_tokens and stop_token_ids are not
+SECRET_NAME = re.compile(r"secret|token$|password|passwd|credential|(api|access|private)[_-]?key|authorization",
                          re.IGNORECASE)
 
 
@@ -51,3 +52,11 @@ def redact_webhook_url(url: str | None) -> str | None:
         return HIDDEN
     scheme, host, rest = match.groups()
     return f"{scheme}{host}/{HIDDEN}" if rest not in ("", "/") else f"{scheme}{host}/"
+
+
+_URL_IN_TEXT = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.IGNORECASE)
+
+
+def redact_webhook_text(text: str | None) -> str | None:
+    """A delivery error: every URL in it shown as a webhook URL (its path may be a token)."""
+    return None if text is None else _URL_IN_TEXT.sub(lambda match: redact_webhook_url(match.group(0)), text)

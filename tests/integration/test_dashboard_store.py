@@ -1,0 +1,153 @@
+"""The dashboard's reads and access rules over a real store (SQLite file and
+PostgreSQL), through the real FastAPI app: what a key sees, what loopback without a key
+sees, that the rates and shards come from the shards' rows, that workers' heartbeats
+and leases show up, and that no secret is ever in a page.
+
+The browser-level test, against a real server and worker, is tests/e2e/test_dashboard_e2e.py."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.dashboard.access import COOKIE
+from jobs.api_batches import ApiBatches, BatchRecord, new_batch_id
+from jobs.api_keys import ApiKeys
+from jobs.client import Client
+from jobs.settings import Settings
+from jobs.worker_beats import EngineBeat, WorkerBeat, WorkerBeats
+from tests.integration.test_store import make_plans, make_spec, new_job, part, postgres_url, store, store_url  # noqa: F401
+
+LOOPBACK = ("127.0.0.1", 50000)
+SECRET_URL = "https://hooks.example.com/T1/B2/path-token-77?sig=query-token-88"
+
+
+@pytest.fixture
+def served(store, tmp_path):
+    client = Client(settings=Settings.from_env({"BARGE_DATA_DIR": str(tmp_path / "data"),
+                                                "BARGE_DATABASE_URL": store.url}))
+    keys = ApiKeys(store.engine)
+    alice, bob = keys.create("alice"), keys.create("bob")
+    owned = new_job(store, webhook_url=SECRET_URL, input=["s3://AKIAOWNED:owned-s3-secret@corpus/a.parquet"])
+    ApiBatches(store.engine).create(BatchRecord(id=new_batch_id(), key_id=alice.key.id, job_id=owned,
+                                                endpoint="/v1/embeddings", model="minilm", input_file_id="file-x",
+                                                completion_window="24h", created_at=time.time()))
+    unowned = new_job(store)
+    return {"client": client, "store": store, "alice": alice, "bob": bob, "owned": owned, "unowned": unowned}
+
+
+def _app(served, keyless: bool, loopback: bool = True) -> TestClient:
+    app = create_app(served["client"], dashboard_keyless=keyless)
+    return TestClient(app, client=LOOPBACK if loopback else ("203.0.113.9", 50000), follow_redirects=False)
+
+
+def _listed(http: TestClient, **headers) -> set[str]:
+    answer = http.get("/dashboard/api/jobs", headers=headers)
+    assert answer.status_code == 200, answer.text
+    return {job["id"] for job in answer.json()["jobs"]}
+
+
+def test_a_key_sees_its_own_batches_jobs_only(served):
+    http = _app(served, keyless=False)
+    alice = {"Authorization": f"Bearer {served['alice'].secret}"}
+    bob = {"Authorization": f"Bearer {served['bob'].secret}"}
+    assert _listed(http, **alice) == {served["owned"]}
+    assert _listed(http, **bob) == set()
+    assert http.get(f"/dashboard/jobs/{served['owned']}", headers=bob).status_code == 404
+    assert http.get(f"/dashboard/api/jobs/{served['owned']}", headers=bob).status_code == 404
+    assert http.get(f"/dashboard/api/jobs/{served['unowned']}", headers=alice).status_code == 404
+    page = http.get(f"/dashboard/jobs/{served['owned']}", headers=alice)
+    assert page.status_code == 200 and "alice" in page.text
+    assert "Content-Security-Policy" in page.headers and page.headers["Cache-Control"] == "no-store"
+
+
+def test_without_a_key_only_loopback_on_a_loopback_server_sees_everything(served):
+    assert _listed(_app(served, keyless=True)) == {served["owned"], served["unowned"]}
+    for http in (_app(served, keyless=False), _app(served, keyless=True, loopback=False)):
+        assert http.get("/dashboard/api/jobs").status_code == 401
+        page = http.get("/dashboard/jobs")
+        assert page.status_code == 401 and 'name="key"' in page.text
+    refused = _app(served, keyless=False).get("/dashboard/api/jobs", headers={"Authorization": "Bearer sk-barge-nope"})
+    assert refused.status_code == 401
+
+
+def test_logging_in_keeps_the_key_in_a_strict_http_only_cookie(served):
+    http = _app(served, keyless=False)
+    assert http.post("/dashboard/login", data={"key": "sk-barge-wrong"}).status_code == 401
+    answer = http.post("/dashboard/login", data={"key": served["alice"].secret})
+    assert answer.status_code == 303
+    cookie = answer.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert "Path=/dashboard" in cookie
+    http.cookies.set(COOKIE, served["alice"].secret)
+    assert _listed(http) == {served["owned"]}
+    assert http.get("/dashboard/schedules").status_code == 200   # a key sees no schedules: they are the operator's
+
+
+def test_progress_rates_shards_and_chart_come_from_the_shards(served):
+    store, job_id = served["store"], served["owned"]
+    assert store.start_job(job_id, make_plans(3))
+    for index in (0, 1):
+        claim = store.claim_shard(job_id, index, worker_id="gpu-7:123", lease_s=60)
+        store.commit_shard(job_id, index, claim.token, part=part(index), rows_succeeded=9, rows_failed=1,
+                           num_tokens=500)
+    store.claim_shard(job_id, 2, worker_id="gpu-7:123", lease_s=60)
+    http = _app(served, keyless=True)
+    [listed] = [job for job in http.get("/dashboard/api/jobs").json()["jobs"] if job["id"] == job_id]
+    assert (listed["rows_done"], listed["rows_failed"], listed["rows_total"]) == (20, 2, 30)
+    assert listed["percent"] == pytest.approx(66.7) and listed["rows_per_s"] > 0 and listed["owner_name"] == "alice"
+    found = http.get(f"/dashboard/api/jobs/{job_id}").json()
+    assert found["shard_counts"] == {"pending": 0, "running": 1, "committed": 2, "failed": 0, "cancelled": 0}
+    assert [s["worker"] for s in found["shards"]] == ["gpu-7:123"] * 3 and found["shards"][2]["attempt"] == 1
+    assert sum(p["rows_per_s"] for p in found["points"]) * found["bucket_s"] == pytest.approx(20)
+    assert sum(p["tokens_per_s"] for p in found["points"]) * found["bucket_s"] == pytest.approx(1000)
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert page.count('class="point"') == 2 * len(found["points"])
+    filtered = http.get("/dashboard/api/jobs", params={"status": "queued"}).json()["jobs"]
+    assert [job["id"] for job in filtered] == [served["unowned"]]
+
+
+def test_workers_show_their_heartbeat_engines_and_current_shards_to_whom_they_may(served):
+    store, job_id = served["store"], served["owned"]
+    assert store.start_job(job_id, make_plans(1))
+    store.claim_shard(job_id, 0, worker_id="gpu-7:123", lease_s=60)
+    engine = EngineBeat(settings={"model": "all-MiniLM-L6-v2", "mode": "embed", "device": "cpu"}, num_steps=42,
+                        occupancy=0.75, kv_cache_usage=None, num_seqs=16)
+    now = time.time()
+    WorkerBeats(store.engine).beat(WorkerBeat(id="gpu-7:123", models=["all-MiniLM-L6-v2"], engines=[engine],
+                                              started_at=now - 60, heartbeat_at=now))
+    WorkerBeats(store.engine).beat(WorkerBeat(id="gpu-7:123", models=["all-MiniLM-L6-v2"], engines=[engine],
+                                              started_at=now - 60, heartbeat_at=now + 1))   # an update, not a second row
+    http = _app(served, keyless=True)
+    [worker] = http.get("/dashboard/api/workers").json()["workers"]
+    assert worker["state"] == "alive" and worker["engines"][0]["num_steps"] == 42
+    assert worker["shards"] == [{"job_id": job_id, "index": 0, "attempt": 1,
+                                 "lease_expires_at": worker["shards"][0]["lease_expires_at"]}]
+    assert "75%" in http.get("/dashboard/workers").text
+    bob = {"Authorization": f"Bearer {served['bob'].secret}"}
+    [seen_by_bob] = http.get("/dashboard/api/workers", headers=bob).json()["workers"]
+    assert seen_by_bob["shards"] == []   # not his job
+
+
+def test_no_page_shows_a_secret(served):
+    store, job_id = served["store"], served["owned"]
+    event_secret_url = SECRET_URL
+    from jobs.store import OutboxEvent
+    from jobs.status import JobStatus
+    store.finish_job(job_id, JobStatus.FAILED, error=f"could not read s3://AKIAOWNED:owned-s3-secret@corpus/a",
+                     event=OutboxEvent(id="msg_dash1", type="job.failed", url=event_secret_url, body=b"{}"))
+    claimed = store.outbox.claim("msg_dash1")
+    store.outbox.record("msg_dash1", claimed.attempts, ok=False, status_code=500,
+                        error=f"HTTP 500 from {event_secret_url}", latency_s=0.01,
+                        next_attempt_at=time.time() + 60)
+    http = _app(served, keyless=True)
+    pages = [http.get(path).text for path in ("/dashboard/jobs", f"/dashboard/jobs/{job_id}",
+                                             f"/dashboard/jobs/{job_id}?fragment=1", f"/dashboard/api/jobs/{job_id}",
+                                             "/dashboard/api/jobs", "/dashboard/workers")]
+    assert 'class="attempt failed"' in pages[1] and "HTTP 500" in pages[1]
+    for text in pages:
+        for secret in ("path-token-77", "query-token-88", "owned-s3-secret", "AKIAOWNED", "whsec_test"):
+            assert secret not in text
