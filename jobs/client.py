@@ -26,6 +26,7 @@ from jobs.store import Store
 if TYPE_CHECKING:
     from jobs.schedule_client import Schedules
 from jobs.throughput import format_duration, format_rate
+from jobs.inspection import keep_inspection
 from jobs.validate import check_job, encoded_schema
 from queueing.failpoints import failpoint
 from queueing.transient import is_transient
@@ -73,6 +74,7 @@ class Client:
         job_id = self.store.create_job(spec, model_key=checked.model.key, rows_total=checked.input.num_rows,
                                        output_schema=encoded_schema(checked), webhook_secret=secret,
                                        job_id=job_id, cache_namespace=namespace)
+        keep_inspection(spec, job_id, checked.input)   # for planning: footers and small files read once
         try:
             failpoint("after_submit_record")
             self.plan(job_id)

@@ -4,15 +4,16 @@ is staged or written)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from jobs.inspection import planned_shards
 from jobs.spec import JobSpec
-from jobs.validate import check_job, inspect_job_input
+from jobs.validate import check_job
 from storage.layout import Layout, describe_layout
-from storage.plan import plan_shards
 
 
 def dry_run(spec: JobSpec) -> Layout:
-    """The layout planning would find; raises JobSpecError as submit would."""
-    check_job(spec)
-    info = inspect_job_input(spec, summarize_ids=bool(spec.id_column))
-    shards = plan_shards(info, max_rows_per_shard=spec.max_rows_per_shard, max_work_per_shard=spec.max_tokens_per_shard)
-    return describe_layout(info, shards)
+    """The layout planning would find; raises JobSpecError as submit would, except for
+    duplicate ids, which the layout counts and names instead."""
+    info = check_job(replace(spec, allow_duplicate_ids=True)).input
+    return describe_layout(info, planned_shards(spec, info))

@@ -39,9 +39,11 @@ def check_job(spec: JobSpec) -> CheckedJob:
     except ValueError as exc:
         raise JobSpecError("model", str(exc).removeprefix("model: ")) from None
     try:
-        info = inspect_job_input(spec)
+        # Rows of small remote files are kept: jobs.inspection stages them, so no shard fetches them again.
+        info = inspect_job_input(spec, summarize_ids=bool(spec.id_column), keep_columns=read_columns(spec))
     except InputError as exc:
         raise JobSpecError(_input_field(str(exc), spec), str(exc)) from None
+    check_ids(spec, info)
     try:
         check_writable(spec.output)
         committed = is_committed(spec.output)
@@ -67,11 +69,13 @@ def check_job(spec: JobSpec) -> CheckedJob:
     return CheckedJob(model=model, input=info, output_schema=_with_carried(schema, spec, info))
 
 
-def inspect_job_input(spec: JobSpec, *, summarize_ids: bool = False) -> InputInfo:
+def inspect_job_input(spec: JobSpec, *, summarize_ids: bool = False, keep_columns: list[str] = ()) -> InputInfo:
     """The input's footers, checked for every column the job reads (storage.inspect_input);
-    with `summarize_ids`, the id column's nulls and duplicates counted too."""
+    with `summarize_ids`, the id column's nulls and duplicates counted too; with
+    `keep_columns`, small remote files' rows kept (InputInfo.small_tables)."""
     return inspect_input(spec.inputs, columns=input_columns(spec), carry_columns=spec.carry_columns,
-                         partition_columns=spec.partition_columns, summarize_ids=summarize_ids)
+                         partition_columns=spec.partition_columns, summarize_ids=summarize_ids,
+                         keep_columns=keep_columns)
 
 
 def check_ids(spec: JobSpec, info: InputInfo) -> None:

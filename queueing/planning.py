@@ -15,8 +15,10 @@ from queueing.runtime import Runtime
 from queueing.transient import is_transient
 from storage.errors import StorageError
 from storage.clear import clear_output
-from storage.plan import InputInfo, plan_shards
-from storage.stage import StagingReport, stage_split_pieces, staging_url
+from jobs.inspection import planned_shards
+from storage.inspection import load_inspection
+from storage.plan import InputInfo
+from storage.stage import StagingReport, remove_staging, stage_split_pieces, staging_url
 
 log = logging.getLogger("barge.worker")
 
@@ -31,16 +33,18 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
     store.touch_task(job_id)   # planning began: its owner waits BARGE_REQUEUE_AFTER_S from now (jobs.recovery_store)
     spec = job.spec
     try:
-        info = inspect_job_input(spec, summarize_ids=bool(spec.id_column))
+        # Submit's inspection when it kept one (jobs.inspection): no footer is read again.
+        info = load_inspection(staging_url(spec.output, job_id)) or inspect_job_input(
+            spec, summarize_ids=bool(spec.id_column))
         check_ids(spec, info)
-        shards = plan_shards(info, max_rows_per_shard=spec.max_rows_per_shard,
-                             max_work_per_shard=spec.max_tokens_per_shard)
+        shards = planned_shards(spec, info)
         if spec.if_exists == "replace":
             clear_output(spec.output)
         shards, staging = stage_split_pieces(shards, read_columns(spec), staging_url(spec.output, job_id))
     except (StorageError, JobSpecError) as exc:   # the input changed since submission, its ids repeat, ...
         if is_transient(exc):   # the store is away, not the input wrong: retried, never a failed job
             raise
+        remove_staging(spec.output, job_id)   # a retry plans afresh, from the input as it is then
         fail_job(runtime, job_id, f"planning failed: {exc}")
         return 0
     if staging.num_files:

@@ -24,6 +24,9 @@ from storage.errors import InputError
 from storage.fs import is_local, redact
 
 FOOTER_GUESS_BYTES = 8 * 1024
+# A remote file no bigger is read whole by its shard (storage.read), so a reader that will want
+# its rows (storage.inputs keep_columns) fetches it whole for its footer too.
+WHOLE_FILE_BYTES = 64 * 1024
 _TRAILER_BYTES = 8  # footer length (4 bytes, little-endian) then b"PAR1"
 _MIN_FILE_BYTES = 12  # b"PAR1", then the trailer: a file without even an empty footer
 
@@ -35,8 +38,10 @@ class Footer:
     whole_file: bytes | None = None  # the file's bytes when the footer's fetch took all of it
 
 
-def read_footer(fs: fsspec.AbstractFileSystem, path: str, url: str, num_bytes: int = 0) -> Footer:
+def read_footer(fs: fsspec.AbstractFileSystem, path: str, url: str, num_bytes: int = 0,
+                whole_up_to: int = FOOTER_GUESS_BYTES) -> Footer:
     """The footer of the Parquet file at `path`; `num_bytes` saves asking the size when known.
+    A remote file of up to `whole_up_to` bytes is fetched whole (Footer.whole_file).
 
     Raises InputError naming `url` when the file is not Parquet or its footer lies
     (row counts that do not add up, column chunks past the end of the data).
@@ -45,7 +50,7 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str, url: str, num_bytes: i
         footer = Footer(pq.read_metadata(path), os.path.getsize(path))
     else:
         num_bytes = num_bytes or fs.size(path)
-        tail = _fetch_footer(fs, path, url, num_bytes)
+        tail = _fetch_footer(fs, path, url, num_bytes, num_bytes if num_bytes <= whole_up_to else FOOTER_GUESS_BYTES)
         metadata = pq.read_metadata(pa.BufferReader(tail))
         footer = Footer(metadata, num_bytes, tail if len(tail) == num_bytes else None)
     check_footer(url, footer.metadata, footer.num_bytes)
@@ -69,11 +74,11 @@ def open_parquet(fs: fsspec.AbstractFileSystem, path: str, footer: Footer) -> It
         yield parquet_file
 
 
-def _fetch_footer(fs: fsspec.AbstractFileSystem, path: str, url: str, num_bytes: int) -> bytes:
+def _fetch_footer(fs: fsspec.AbstractFileSystem, path: str, url: str, num_bytes: int, guess_bytes: int) -> bytes:
+    """The file's last bytes, footer and trailer included (all of a file up to `guess_bytes`)."""
     if num_bytes < _MIN_FILE_BYTES:
         raise InputError(f"{redact(url)}: {num_bytes} bytes is too short for a Parquet file")
-    """The file's last bytes, footer and trailer included (all of a file up to FOOTER_GUESS_BYTES)."""
-    tail = fs.cat_file(path, start=max(0, num_bytes - FOOTER_GUESS_BYTES), end=num_bytes)
+    tail = fs.cat_file(path, start=max(0, num_bytes - guess_bytes), end=num_bytes)
     if tail[-4:] != b"PAR1":
         raise InputError(f"{redact(url)}: not a Parquet file (it does not end with the Parquet magic bytes)")
     footer_bytes = struct.unpack("<I", tail[-_TRAILER_BYTES:-4])[0] + _TRAILER_BYTES

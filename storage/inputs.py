@@ -7,6 +7,7 @@ row group's uncompressed byte sizes are all the planner needs.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import InputError
-from storage.footer import Footer, open_parquet, read_footer
+from storage.footer import FOOTER_GUESS_BYTES, WHOLE_FILE_BYTES, Footer, open_parquet, read_footer
 from storage.ids import IdSummary, summarize_ids
 from storage.fs import describe, redact, resolve
 from storage.listing import ListedFile, list_inputs
@@ -27,6 +28,9 @@ TEXT_ROLE = "input_column"
 # Roles whose column is the engine's input, so its size is the shard's work; first present wins.
 WORK_ROLES = ("input_column", "audio_column")
 MAX_CONCURRENT_FOOTER_READS = 16
+# At most this many bytes of small files' rows are kept in memory by inspect_input(keep_columns=...);
+# the files past it are fetched again by their shards.
+MAX_KEPT_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,9 @@ class InputFile:
     partition: dict[str, str | None] = field(default_factory=dict)
     num_bytes: int = 0  # the file's size; 0 when unknown
     num_read_bytes: int = 0  # compressed bytes of the column chunks of the columns the job reads, plus the footer
+    # set by storage.bundle: a staged file holding this file's read columns from row staged_row_start on
+    staged_url: str | None = None
+    staged_row_start: int = 0
 
     def __post_init__(self) -> None:
         if len(self.row_group_rows) != self.num_row_groups:
@@ -64,6 +71,9 @@ class InputInfo:
     # partition keys every file shares, in directory order; set when inspect_input(partition_columns=True)
     partition_keys: tuple[str, ...] = ()
     ids: IdSummary | None = None  # the id column's nulls and duplicates; set when inspect_input(summarize_ids=True)
+    # file_index -> the `keep_columns` rows of a file whose footer's fetch held it whole (storage.bundle
+    # stages them, so no shard fetches the file again); only with inspect_input(keep_columns=...)
+    small_tables: dict[int, pa.Table] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def total_work(self) -> int:
@@ -78,6 +88,7 @@ def inspect_input(
     carry_columns: Sequence[str] = (),
     partition_columns: bool = False,
     summarize_ids: bool = False,
+    keep_columns: Sequence[str] = (),
 ) -> InputInfo:
     """List the input files and check their footers agree with each other and the job.
 
@@ -90,12 +101,15 @@ def inspect_input(
     valid: it yields no shards, and only its columns' presence is checked, not their
     types (pandas writes an empty text column as type null). With `summarize_ids`, the "id_column" role's column
     is read too (that column only; a small file's from the footer's fetch) and
-    counted into `InputInfo.ids`.
+    counted into `InputInfo.ids`. With `keep_columns`, each remote file of up to
+    WHOLE_FILE_BYTES (which its shard would fetch whole anyway) is fetched whole for its
+    footer, and its rows (those columns only) kept in `InputInfo.small_tables`, up to
+    MAX_KEPT_BYTES in all.
     """
     listed = list_inputs(input, storage_options)
     id_column = columns.get("id_column") if summarize_ids else None
-    read = _read_footers(listed, storage_options, id_column)
-    footers = [footer for footer, _ in read]
+    read = _read_footers(listed, storage_options, id_column, tuple(keep_columns))
+    footers = [footer for footer, _, _ in read]
     first = next((i for i, footer in enumerate(footers) if footer.metadata.num_rows), 0)  # whose types count
     schema = _arrow_schema(listed[first].url, footers[first].metadata)
     work_column = next((columns[role] for role in WORK_ROLES if columns.get(role)), None)
@@ -112,9 +126,10 @@ def inspect_input(
         read_names = {name for name in columns.values() if name} | set(carry_columns)
         files.append(_input_file(entry, metadata, num_bytes, work_column, unit, read_names))
     keys = _check_partitions(listed, schema) if partition_columns else ()
-    ids = _summarize(schema.field(id_column).type, [ids for _, ids in read]) if id_column else None
+    ids = _summarize(schema.field(id_column).type, [ids for _, ids, _ in read]) if id_column else None
+    kept = {index: table for index, (_, _, table) in enumerate(read) if table is not None}
     return InputInfo(files=tuple(files), schema=schema, num_rows=sum(f.num_rows for f in files),
-                     work_unit=unit, partition_keys=keys, ids=ids)
+                     work_unit=unit, partition_keys=keys, ids=ids, small_tables=kept)
 
 
 def _summarize(id_type: pa.DataType, ids_per_file: list[pa.ChunkedArray | None]) -> IdSummary:
@@ -122,37 +137,72 @@ def _summarize(id_type: pa.DataType, ids_per_file: list[pa.ChunkedArray | None])
                                           type=id_type))
 
 
-def _read_footers(listed: list[ListedFile], storage_options: dict | None,
-                  id_column: str | None) -> list[tuple[Footer, pa.ChunkedArray | None]]:
-    """Footers (and id columns) in `listed` order, fetched concurrently: on S3 each costs a round trip or two.
+class _KeptBytes:
+    """How many bytes of small files' rows the footer threads have kept, against MAX_KEPT_BYTES."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._num_bytes = 0
+
+    def take(self, num_bytes: int) -> bool:
+        with self._lock:
+            if self._num_bytes + num_bytes > MAX_KEPT_BYTES:
+                return False
+            self._num_bytes += num_bytes
+            return True
+
+
+_Read = tuple[Footer, "pa.ChunkedArray | None", "pa.Table | None"]  # footer, ids, kept rows
+
+
+def _read_footers(listed: list[ListedFile], storage_options: dict | None, id_column: str | None,
+                  keep_columns: tuple[str, ...]) -> list[_Read]:
+    """Footers (and id columns, and small files' kept rows) in `listed` order, fetched
+    concurrently: on S3 each costs a round trip or two.
 
     The first unreadable file in `listed` order raises; footers not yet fetched are dropped.
     """
+    kept = _KeptBytes()
     pool = ThreadPoolExecutor(max_workers=MAX_CONCURRENT_FOOTER_READS)
     try:
-        return list(pool.map(lambda entry: _read_footer(entry, storage_options, id_column), listed))
+        return list(pool.map(lambda entry: _read_footer(entry, storage_options, id_column, keep_columns, kept),
+                             listed))
     finally:
         pool.shutdown(cancel_futures=True)
 
 
-def _read_footer(entry: ListedFile, storage_options: dict | None,
-                 id_column: str | None) -> tuple[Footer, pa.ChunkedArray | None]:
+def _read_footer(entry: ListedFile, storage_options: dict | None, id_column: str | None,
+                 keep_columns: tuple[str, ...], kept: _KeptBytes) -> _Read:
     url = entry.url
     fs, path = resolve(url, storage_options)
     try:
-        footer = read_footer(fs, path, url, entry.num_bytes)
-        ids = _read_ids(fs, path, footer, id_column) if id_column and footer.metadata.num_rows else None
-        return dataclasses.replace(footer, whole_file=None), ids   # a small file's bytes are not kept
+        footer = read_footer(fs, path, url, entry.num_bytes, WHOLE_FILE_BYTES if keep_columns else FOOTER_GUESS_BYTES)
+        if not footer.metadata.num_rows:
+            return footer, None, None
+        if keep_columns and footer.whole_file is not None:
+            table = _read_columns(fs, path, footer, keep_columns + ((id_column,) if id_column else ()))
+            if table is not None and kept.take(table.nbytes):
+                ids = table.column(id_column) if id_column else None
+                return dataclasses.replace(footer, whole_file=None), ids, table.select(list(keep_columns))
+        ids = _read_ids(fs, path, footer, id_column) if id_column else None
+        return dataclasses.replace(footer, whole_file=None), ids, None   # a small file's bytes are not kept
     except (pa.ArrowException, OSError) as error:
         raise InputError(f"{redact(url)}: not a Parquet file, or its footer is corrupt "
                          f"({describe(error, storage_options)})") from error
 
 
 def _read_ids(fs, path: str, footer: Footer, id_column: str) -> pa.ChunkedArray | None:
+    table = _read_columns(fs, path, footer, (id_column,))
+    return table.column(0) if table is not None else None
+
+
+def _read_columns(fs, path: str, footer: Footer, names: tuple[str, ...]) -> pa.Table | None:
+    """Those columns of the file (each once, in that order); None when one is missing (_check_columns names it)."""
+    names = tuple(dict.fromkeys(names))
     with open_parquet(fs, path, footer) as parquet_file:
-        if parquet_file.schema_arrow.get_field_index(id_column) < 0:
-            return None   # _check_columns names the file
-        return parquet_file.read(columns=[id_column], use_threads=False).column(0)
+        if any(parquet_file.schema_arrow.get_field_index(name) < 0 for name in names):
+            return None
+        return parquet_file.read(columns=list(names), use_threads=False).select(list(names))
 
 
 def _arrow_schema(url: str, metadata: pq.FileMetaData) -> pa.Schema:

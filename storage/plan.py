@@ -39,7 +39,10 @@ class ShardPiece:
     # the file's hive partition (key -> value); read_shard(partition_columns=True) adds it as columns
     partition: dict[str, str | None] = field(default_factory=dict)
     is_split: bool = False  # a row range of a row group bigger than a shard
-    staged_url: str | None = None  # set by storage.stage: a file holding exactly this piece's rows
+    # set by storage.stage (a file holding exactly this piece's rows) or storage.bundle (a shard's small
+    # files in one staged file): the piece's rows are that file's rows staged_row_start.. on
+    staged_url: str | None = None
+    staged_row_start: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,9 +152,12 @@ def _file_pieces(input_file: InputFile, max_rows: int, max_work: int | None) -> 
 
 def _piece(input_file: InputFile, row_groups: list[int], row_start: int, num_rows: int, work: int,
            is_split: bool = False) -> ShardPiece:
+    staged = input_file.staged_url is not None and not is_split   # storage.bundle stages no split file
     return ShardPiece(file_index=0, url=input_file.url, row_groups=tuple(row_groups), row_start=row_start,
                       num_rows=num_rows, work=work, file_bytes=input_file.num_bytes,
-                      partition=dict(input_file.partition), is_split=is_split)
+                      partition=dict(input_file.partition), is_split=is_split,
+                      staged_url=input_file.staged_url if staged else None,
+                      staged_row_start=input_file.staged_row_start + row_start if staged else 0)
 
 
 def _fits(num_rows: int, work: int, max_rows: int, max_work: int | None) -> bool:

@@ -1,9 +1,10 @@
 """Stream the rows of one shard, piece by piece, a bounded batch at a time.
 
 Each piece is read the cheapest way its file allows:
-  - a staged piece (storage.stage) or a small remote file (<= WHOLE_FILE_BYTES):
-    the whole object in one GET, fetched up to MAX_CONCURRENT_FETCHES pieces ahead,
+  - a staged piece (storage.stage, storage.bundle) or a small remote file (<= WHOLE_FILE_BYTES):
+    the whole object in one GET, fetched up to MAX_CONCURRENT_FETCHES objects ahead,
     so a shard packed from a thousand tiny files is not a thousand round trips in a row;
+    consecutive pieces staged in one bundle share its GET and its decoding;
   - any other file: its footer as one small tail read (storage.footer), then only
     the piece's row groups' projected column chunks, one ranged GET each.
 """
@@ -14,18 +15,18 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import groupby
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import InputError
-from storage.footer import open_parquet, read_footer
+from storage.footer import WHOLE_FILE_BYTES, open_parquet, read_footer  # noqa: F401 - WHOLE_FILE_BYTES re-exported
 from storage.fs import describe, is_local, redact, resolve
 from storage.plan import ShardPiece, ShardPlan
 
 log = logging.getLogger("barge.storage")
 
-WHOLE_FILE_BYTES = 64 * 1024  # pyarrow fetches a file's last 64 KiB for its footer anyway
 MAX_CONCURRENT_FETCHES = 16
 
 
@@ -49,20 +50,41 @@ def read_shard(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    bundle = _Bundle()
     for piece, fetched in zip(shard.pieces, _fetched(shard.pieces, storage_options)):
-        for batch in _read_piece(piece, fetched, columns, batch_size, storage_options):
+        for batch in _read_piece(piece, fetched, columns, batch_size, storage_options, bundle):
             yield _with_partition(batch, piece.partition) if partition_columns else batch
 
 
+class _Bundle:
+    """The last bundle decoded (storage.bundle): its pieces come one after another."""
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.table: pa.Table | None = None
+
+    def rows(self, piece: ShardPiece, source, columns: list[str]) -> pa.Table:
+        if self.url != piece.staged_url:
+            self.url, self.table = None, None   # the previous one is not needed again
+            with pq.ParquetFile(source) as parquet_file:
+                _check_columns(piece.staged_url, parquet_file.schema_arrow, columns)
+                self.table = parquet_file.read(columns=columns, use_threads=False).select(columns)
+            self.url = piece.staged_url
+        return self.table.slice(piece.staged_row_start, piece.num_rows)
+
+
 def _read_piece(piece: ShardPiece, fetched: tuple[str, bytes | str] | None, columns: list[str],
-                batch_size: int, storage_options: dict | None) -> Iterator[pa.RecordBatch]:
+                batch_size: int, storage_options: dict | None, bundle: _Bundle) -> Iterator[pa.RecordBatch]:
     url = fetched[0] if fetched else piece.url
     try:
         if fetched is None:
             yield from _read_in_place(piece, columns, batch_size, storage_options)
             return
         source = pa.BufferReader(fetched[1]) if isinstance(fetched[1], bytes) else fetched[1]
-        if url == piece.staged_url:
+        if url == piece.staged_url and not piece.is_split:
+            rows = bundle.rows(piece, source, columns)
+            yield from _counted(piece, rows.to_batches(max_chunksize=batch_size))
+        elif url == piece.staged_url:
             yield from _read_staged(piece, source, columns, batch_size)
         else:
             yield from _read_rows(piece, pq.ParquetFile(source), columns, batch_size)
@@ -108,18 +130,23 @@ def _counted(piece: ShardPiece, batches: Iterable[pa.RecordBatch]) -> Iterator[p
 
 def _fetched(pieces: tuple[ShardPiece, ...],
              storage_options: dict | None) -> Iterator[tuple[str, bytes | str] | None]:
-    """_fetch_whole of each piece, in order, fetched up to MAX_CONCURRENT_FETCHES pieces ahead."""
+    """_fetch_whole of each piece, in order, fetched up to MAX_CONCURRENT_FETCHES objects ahead;
+    consecutive pieces of one bundle share one fetch."""
+    runs = [list(run) for _, run in groupby(pieces, key=lambda p: p.staged_url if p.staged_url and not p.is_split
+                                             else id(p))]
     pool = ThreadPoolExecutor(max_workers=MAX_CONCURRENT_FETCHES)
     try:
-        upcoming = iter(pieces)
-        futures = deque(pool.submit(_fetch_whole, piece, storage_options)
-                        for _, piece in zip(range(MAX_CONCURRENT_FETCHES), upcoming))
+        upcoming = iter(runs)
+        futures = deque((pool.submit(_fetch_whole, run[0], storage_options), len(run))
+                        for _, run in zip(range(MAX_CONCURRENT_FETCHES), upcoming))
         while futures:
-            result = futures.popleft().result()
+            future, num_pieces = futures.popleft()
+            result = future.result()
             following = next(upcoming, None)
             if following is not None:
-                futures.append(pool.submit(_fetch_whole, following, storage_options))
-            yield result
+                futures.append((pool.submit(_fetch_whole, following[0], storage_options), len(following)))
+            for _ in range(num_pieces):
+                yield result
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 

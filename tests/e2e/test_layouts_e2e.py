@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import JobSpec, JobStatus, ShardStatus
+from jobs.spec import JobSpecError
 from tests.e2e.test_distributed_e2e import FAST_RECOVERY, assert_every_row_once, running_shard, wait_until
 from tests.support.stack import stack
 
@@ -79,6 +80,14 @@ def test_a_mixed_folder_over_s3_lands_every_id_once_and_the_huge_row_group_is_fe
         served, size = proxy.bytes_served(f"/{huge}"), fs.size(huge)
         print(f"\nthe 6,000-row row group ({size:,} bytes) was served {served:,} bytes ({served / size:.2f}x)")
         assert served <= 1.3 * size
+        tiny_served = proxy.bytes_served("/corpus/mixed/c-one-")
+        tiny_size = sum(info["size"] for info in fs.ls("corpus/mixed", detail=True) if "/c-one-" in info["name"])
+        all_served = proxy.bytes_served("/corpus/mixed/")
+        all_size = sum(info["size"] for info in fs.ls("corpus/mixed", detail=True))
+        print(f"the 40 one-row files ({tiny_size:,} bytes) were served {tiny_served:,} bytes; the whole folder "
+              f"({all_size:,} bytes) {all_served:,} bytes ({all_served / all_size:.2f}x)")
+        assert tiny_served == tiny_size, "each one-row file fetched once, whole, at submit (storage.bundle)"
+        assert all_served <= 1.3 * all_size
 
 
 def test_a_worker_killed_holding_a_packed_shard_loses_and_duplicates_nothing(tmp_path):
@@ -139,13 +148,15 @@ def test_text_of_every_type_and_null_ids_become_rows_or_row_errors(deployment, t
     assert (state.rows_succeeded, state.rows_failed) == (1, 2)
 
 
-def test_duplicate_ids_refuse_the_job_naming_them_unless_allowed(deployment, tmp_path):
+def test_duplicate_ids_refuse_the_job_at_submit_naming_them_unless_allowed(deployment, tmp_path):
     table = pa.table({"doc_id": pa.array([i % 10 for i in range(50)], pa.int64()),
                       "text": [f"row {i}" for i in range(50)]})
-    _, state = run(deployment, tmp_path, table, "dup")
-    assert state.status == JobStatus.FAILED
+    with pytest.raises(JobSpecError) as refused:
+        run(deployment, tmp_path, table, "dup")
+    assert refused.value.field == "id_column"
     assert "10 ids appear more than once (40 rows repeat an earlier row's id); the first: 0 at input rows 0, 10, 20" \
-        in state.error and "allow_duplicate_ids=True" in state.error
+        in str(refused.value) and "allow_duplicate_ids=True" in str(refused.value)
+    assert not deployment.client().jobs(), "a refused job is not recorded"
 
     job, state = run(deployment, tmp_path, table, "dup-allowed", allow_duplicate_ids=True)
     assert state.status == JobStatus.SUCCEEDED, deployment.worker_logs()

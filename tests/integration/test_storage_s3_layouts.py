@@ -1,7 +1,8 @@
 """Input layouts over a real S3 API server, with the bytes it serves counted per object
 (a proxy in front of moto counts the body of every GET answer): a one-row-group file is
 fetched about once over the job's whole storage path (submit's check, planning with its
-id pass and staging, every shard's read), and thousands of tiny files pack into a few shards."""
+id pass and staging, every shard's read), and thousands of tiny files pack into a few shards,
+each fetched once: whole, with its footer, at submit (storage.bundle)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 import s3fs
 
 from storage import inspect_input, plan_shards, read_shard
+from storage.bundle import stage_small_files
+from storage.inspection import load_inspection, save_inspection
 from storage.stage import remove_staging, stage_split_pieces, staging_url
 from tests.integration.s3server import S3Server
 from tests.support.faulty_proxy import FaultyProxy
@@ -46,11 +49,19 @@ def corpus(start: int, num_rows: int) -> pa.Table:
 
 
 def run_storage_path(input_url: str, output: str, options: dict, max_rows: int) -> tuple[list, list[int]]:
-    """What a job does to the storage, in order: submit's check, planning, staging, every shard's read."""
-    inspect_input(input_url, columns=COLUMNS, storage_options=options)
-    info = inspect_input(input_url, columns=COLUMNS, storage_options=options, summarize_ids=True)
+    """What a job does to the storage, in order: submit's check (footers, ids, small files' rows),
+    which stages the small files and keeps the inspection; planning from that inspection,
+    staging the big row groups; every shard's read."""
+    staging = staging_url(output, "job")
+    checked = inspect_input(input_url, columns=COLUMNS, storage_options=options, summarize_ids=True,
+                            keep_columns=["text", "doc_id"])
+    kept, _ = stage_small_files(checked, plan_shards(checked, max_rows_per_shard=max_rows), ["text", "doc_id"],
+                                staging, options)
+    save_inspection(kept, staging, options)
+    info = load_inspection(staging, options)
+    assert info is not None and info.ids == checked.ids
     shards = plan_shards(info, max_rows_per_shard=max_rows)
-    shards, _ = stage_split_pieces(shards, ["text", "doc_id"], staging_url(output, "job"), options)
+    shards, _ = stage_split_pieces(shards, ["text", "doc_id"], staging, options)
     ids = [i for shard in shards for batch in read_shard(shard, ["text", "doc_id"], storage_options=options)
            for i in batch.column("doc_id").to_pylist()]
     return shards, ids
@@ -94,7 +105,15 @@ def test_two_thousand_tiny_files_pack_into_a_few_shards(s3, proxy):
     assert ids == list(range(num_rows))
     assert len(shards) <= math.ceil(num_rows / max_rows) + 1
     served = proxy.bytes_served("/corpus/tiny/")
+    bundles = proxy.bytes_served("/corpus/tiny-out/_barge_staging/job/small-")
+    written = sum(info["size"] for info in fs.ls("corpus/tiny-out/_barge_staging/job", detail=True)
+                  if "/small-" in info["name"])
     print(f"\n{num_files} tiny files, {size:,} bytes: {len(shards)} shards, {served:,} bytes served "
-          f"({served / size:.2f}x: submit's and planning's footer reads, then each file whole once)")
-    assert served <= 3.05 * size   # see docs/design.md: the footers are read at submit and at planning
-    assert not proxy.requests("HEAD"), "sizes come from the listing, not a request per file"
+          f"({served / size:.2f}x: each file whole once, with its footer at submit); "
+          f"{len(shards)} bundles of {written:,} bytes read once each")
+    assert served <= 1.3 * size
+    assert all(p.staged_url for s in shards for p in s.pieces), "every tiny file is read from its shard's bundle"
+    assert bundles == written   # each bundle fetched once, whole
+    assert len(proxy.requests("GET")) <= num_files + 3 * len(shards) + 5, "no file is asked for twice"
+    assert not [r for r in proxy.requests("HEAD") if r.path.startswith("/corpus/tiny/")], \
+        "sizes come from the listing, not a request per file"
