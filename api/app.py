@@ -19,12 +19,12 @@ from api.dashboard import dashboard_router
 from api.dashboard.routes import mount_static
 from api.errors import ApiError
 from api.service import ApiSettings, BatchService
+from api.upload import BodyLimit
 from jobs.api_files import FileRecord
 from jobs.api_keys import ApiKey, ApiKeys
 from jobs.client import Client
 from jobs.settings import Settings
 
-UPLOAD_CHUNK_BYTES = 1 << 20
 REQUEST_OVERHEAD_BYTES = 1 << 20   # multipart framing and form fields beyond the file itself
 
 
@@ -65,8 +65,7 @@ def create_app(client: Client | None = None, api_settings: ApiSettings | None = 
 
     @app.post("/v1/files")
     def upload_file(file: UploadFile = File(...), purpose: str = Form(...), key: ApiKey = Depends(caller)) -> dict:
-        data = _read_limited(file, service.settings.max_file_bytes)
-        return _file_object(service.upload(key.id, purpose, file.filename or "upload.jsonl", data))
+        return _file_object(service.upload(key.id, purpose, file.filename or "upload.jsonl", file.file))
 
     @app.get("/v1/files")
     def list_files(purpose: str | None = None, after: str | None = None, limit: int = Query(10_000, ge=1, le=10_000),
@@ -125,23 +124,7 @@ def _add_error_handlers(app: FastAPI, max_request_bytes: int) -> None:
         return JSONResponse(ApiError(400, f"{param or 'request'}: {first.get('msg', 'invalid request')}",
                                      param=param).body(), status_code=400)
 
-    @app.middleware("http")
-    async def limit_size(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_request_bytes):
-            return JSONResponse(ApiError(413, f"the request is larger than {max_request_bytes} bytes").body(),
-                                status_code=413)
-        return await call_next(request)
-
-
-def _read_limited(upload: UploadFile, max_bytes: int) -> bytes:
-    chunks, size = [], 0
-    while chunk := upload.file.read(UPLOAD_CHUNK_BYTES):
-        size += len(chunk)
-        if size > max_bytes:
-            raise ApiError(413, f"the file is larger than {max_bytes} bytes", param="file")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)   # counted as it streams in (api.upload)
 
 
 def _file_object(record: FileRecord) -> dict:

@@ -10,12 +10,14 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from api.batch_input import ENDPOINT_MODES, MAX_REQUESTS, LineError, completion_window_s, parse_batch
 from api.batch_output import batch_output
 from api.batch_store import batch_folder, read_requests, write_requests
 from api.batch_view import batch_object
 from api.errors import ApiError, not_found
+from api.upload import checked_chunks
 from jobs.api_batches import ApiBatches, BatchRecord, is_batch_id, new_batch_id, owes_partial_manifest
 from jobs.api_files import ApiFiles, FileRecord
 from jobs.client import Client, Job
@@ -52,16 +54,13 @@ class BatchService:
 
     # -- files -----------------------------------------------------------------------------
 
-    def upload(self, key_id: str, purpose: str, filename: str, data: bytes) -> FileRecord:
+    def upload(self, key_id: str, purpose: str, filename: str, source: BinaryIO) -> FileRecord:
+        """The uploaded file copied to storage in chunks, its size and line limits checked
+        on the way (api.upload): never held in memory whole."""
         if purpose != "batch":
             raise ApiError(400, f"purpose {purpose!r} is not supported; this server takes \"batch\"", param="purpose")
-        if len(data) > self.settings.max_file_bytes:
-            raise ApiError(400, f"the file has {len(data)} bytes; at most {self.settings.max_file_bytes}", param="file")
-        num_lines = len(data.splitlines())
-        if num_lines > MAX_REQUESTS:
-            raise ApiError(400, f"the file has {num_lines} lines; a batch file holds at most {MAX_REQUESTS} requests",
-                           param="file")
-        return self.files.create(key_id, purpose, filename, data)
+        chunks = checked_chunks(source, self.settings.max_file_bytes, MAX_REQUESTS)
+        return self.files.create(key_id, purpose, filename, chunks)
 
     def file(self, key_id: str, file_id: str) -> FileRecord:
         record = self.files.get(key_id, file_id)

@@ -9,15 +9,18 @@ kept as a label only and never becomes part of a path.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, insert, select, update
 
 from jobs.api_tables import api_files, newest_first_page
-from storage.fs import join, resolve
+from storage.fs import is_local, join, make_dirs, resolve
 from storage.write import write_bytes_atomic
 
 FILE_ID = re.compile(r"^file-[0-9a-f]{24}$")
@@ -47,12 +50,18 @@ class ApiFiles:
         self.engine = engine
         self.root_url = root_url.rstrip("/")
 
-    def create(self, key_id: str, purpose: str, filename: str, data: bytes) -> FileRecord:
-        """Write the bytes first, then the row: a row always has its bytes."""
+    def create(self, key_id: str, purpose: str, filename: str, data: bytes | Iterable[bytes]) -> FileRecord:
+        """Write the bytes first, then the row: a row always has its bytes. `data` may be
+        chunks (an upload streamed from its spool file): written as they come, and
+        whatever a failing chunk iterator raises leaves no file behind."""
         file_id = new_file_id()
         folder = join(self.root_url, "files")
-        write_bytes_atomic(folder, file_id, data)
-        record = FileRecord(id=file_id, key_id=key_id, purpose=purpose, filename=filename[:255], bytes=len(data),
+        if isinstance(data, bytes):
+            write_bytes_atomic(folder, file_id, data)
+            num_bytes = len(data)
+        else:
+            num_bytes = _write_chunks(folder, file_id, data)
+        record = FileRecord(id=file_id, key_id=key_id, purpose=purpose, filename=filename[:255], bytes=num_bytes,
                             url=join(folder, file_id), created_at=time.time())
         with self.engine.begin() as conn:
             conn.execute(insert(api_files).values(id=record.id, key_id=key_id, purpose=purpose,
@@ -101,6 +110,35 @@ class ApiFiles:
         if fs.exists(path):
             fs.rm_file(path)
         return True
+
+
+def _write_chunks(folder: str, name: str, chunks: Iterable[bytes]) -> int:
+    """`folder/name` made of `chunks`, all or nothing; the bytes written."""
+    fs, path = resolve(folder)
+    make_dirs(fs, path)
+    if is_local(fs):   # a temporary file beside it, renamed into place once complete
+        temporary = os.path.join(path, f".{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(temporary, "wb") as file:
+                num_bytes = sum(file.write(chunk) for chunk in chunks)
+            os.replace(temporary, os.path.join(path, name))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temporary)
+            raise
+        return num_bytes
+    # An object store shows the object only once close() completes it; a failure aborts the
+    # upload instead (never `with fs.open(...)`, whose exit would complete a partial one).
+    file = fs.open(join(path, name), "wb")
+    try:
+        num_bytes = sum(file.write(chunk) or len(chunk) for chunk in chunks)
+        file.close()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            file.discard()
+        file.closed = True
+        raise
+    return num_bytes
 
 
 def _record(row) -> FileRecord:
