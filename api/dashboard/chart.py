@@ -3,8 +3,9 @@ SVG geometry of a small line chart. Pure arithmetic: tested with made-up commits
 
 NOTE: rows and tokens count when their shard commits (jobs.throughput says why), so a
 bucket's rate is the rows of the shards committed in it over the bucket's length. A
-minute is the bucket, except for runs shorter than SHORT_RUN_S, which get 10-second
-buckets so that a short job still draws a line rather than one dot.
+minute is the bucket from SHORT_RUN_S of commits on; a shorter run gets the smallest of
+BUCKET_CHOICES that keeps it to MAX_SHORT_BUCKETS points, so that a job of a few minutes
+still draws a line rather than one or two dots.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MINUTE_S = 60.0
-SHORT_BUCKET_S = 10.0
 SHORT_RUN_S = 20 * 60.0
+BUCKET_CHOICES = (1.0, 2.0, 5.0, 10.0, 30.0)
+MAX_SHORT_BUCKETS = 40
 MAX_BUCKETS = 720   # a long run's chart is cut to its last 12 hours of minutes
 
 
@@ -32,7 +34,10 @@ class Point:
 
 
 def bucket_seconds(first: float, last: float) -> float:
-    return MINUTE_S if last - first >= SHORT_RUN_S else SHORT_BUCKET_S
+    span = last - first
+    if span >= SHORT_RUN_S:
+        return MINUTE_S
+    return next((size for size in BUCKET_CHOICES if span / size < MAX_SHORT_BUCKETS), MINUTE_S)
 
 
 def per_bucket(commits: list[Commit]) -> tuple[list[Point], float]:
@@ -63,7 +68,7 @@ class Chart:
     peak: float                        # the y axis's top value
     points: list[tuple[float, float]]  # (x, y) in SVG units, y down
     labels: list[str]                  # one per point: "12:03 · 41.2 rows/s"
-    width: int = 640
+    width: int = 560
     height: int = 160
     margin: int = 8
 

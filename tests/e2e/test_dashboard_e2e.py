@@ -149,14 +149,17 @@ def test_operator_watches_a_job_run(deployment, browser, screenshots):
         receiver.set_mode(Mode.OK)
         wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "tr.attempt.ok"), 60, "the delivered attempt")
         points = browser.find_elements(By.CSS_SELECTOR, "svg circle.point")
-        assert len(points) >= 2, "a point per bucket in each of the two charts"
+        committed = browser.find_elements(By.CSS_SELECTOR, "svg polyline.line")
+        assert len(points) >= 4 and len(committed) == 2, "points in both charts (8 shards over seconds: several buckets)"
         failed = browser.find_element(By.ID, "failed-rows").text
         assert str(NULL_ROW) in failed and "null" in failed.lower()
         assert "500" in browser.find_element(By.CSS_SELECTOR, "tr.attempt.failed").text
         page = browser.page_source
         assert URL_TOKEN not in page and job.webhook_secret not in page
         assert browser.find_element(By.ID, "job-status").text == "succeeded"
+        browser.set_window_size(1200, 1800)   # the whole page in one picture (the README shows it)
         assert _shot(browser, screenshots, "job") >= MIN_COLOURS
+        browser.set_window_size(1280, 1000)
 
     # The workers page: the worker's heartbeat, its model and its engine's step figures.
     browser.get(deployment.base + "/dashboard/workers")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.dashboard.chart import MINUTE_S, SHORT_BUCKET_S, SHORT_RUN_S, Commit, line_chart, per_bucket
+from api.dashboard.chart import MINUTE_S, SHORT_RUN_S, Commit, bucket_seconds, line_chart, per_bucket
 from api.dashboard.redaction import HIDDEN, redact_value, redact_webhook_url
 from engine.step_stats import StepStats
 from queueing.heartbeat import StepTally
@@ -15,13 +15,19 @@ def test_no_commit_no_point():
     assert per_bucket([]) == ([], MINUTE_S)
 
 
-def test_a_short_run_gets_ten_second_buckets_with_empty_ones_as_zero():
-    commits = [Commit(1000.0, 20, 200), Commit(1005.0, 10, 100), Commit(1031.0, 30, 600)]
+@pytest.mark.parametrize("span_s, size", [(0, 1.0), (39, 1.0), (40, 2.0), (150, 5.0), (390, 10.0), (1000, 30.0),
+                                           (SHORT_RUN_S, MINUTE_S), (86_400, MINUTE_S)])
+def test_shorter_runs_get_smaller_buckets_up_to_a_minute(span_s, size):
+    assert bucket_seconds(1000.0, 1000.0 + span_s) == size
+
+
+def test_rates_per_bucket_with_empty_ones_as_zero():
+    commits = [Commit(1000.0, 20, 200), Commit(1005.0, 10, 100), Commit(1231.0, 30, 600)]
     points, size = per_bucket(commits)
-    assert size == SHORT_BUCKET_S
-    assert [p.t for p in points] == [1000.0, 1010.0, 1020.0, 1030.0]
-    assert [p.rows_per_s for p in points] == [3.0, 0.0, 0.0, 3.0]
-    assert [p.tokens_per_s for p in points] == [30.0, 0.0, 0.0, 60.0]
+    assert size == 10.0
+    assert [p.t for p in points] == [1000.0 + 10 * i for i in range(24)]
+    assert [p.rows_per_s for p in points] == [3.0] + [0.0] * 22 + [3.0]
+    assert [p.tokens_per_s for p in points] == [30.0] + [0.0] * 22 + [60.0]
 
 
 def test_a_long_run_gets_minutes():
