@@ -7,6 +7,7 @@
     barge secrets generate-key | rotate-key
     barge schedule add | list | runs | pause | resume | run-now | remove | prune;  barge beat
     barge demo
+    barge models pull NAME... | list   (Hub ids: org/name[@revision][:quant], jobs.hub_models)
     barge quantize SRC DST [--scheme fp8|fp8-block] | eval-quant MODEL   (engine/quant/)
     barge serve | api-key create|list|revoke   (the OpenAI Files and Batches API, api/)
 """
@@ -22,6 +23,7 @@ from jobs.client import Client, JobFailed
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
 from jobs.throughput import format_duration, format_rate
+from jobs.model_commands import add_model_commands
 from jobs.quant_commands import add_quant_commands
 from jobs.schedule_cli import add_schedule_commands
 from jobs.secret_admin import add_secret_commands
@@ -52,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
 
     submit = commands.add_parser("submit", help="validate and queue a job")
     submit.add_argument("--mode", default="embed")
-    submit.add_argument("--model", help="registered model name or model folder (an OpenAI batch file names its own)")
+    submit.add_argument("--model", help="registered model name, model folder or Hub id org/name[@revision][:quant] "
+                                        "(an OpenAI batch file names its own)")
     submit.add_argument("--input", required=True, action="append", help="Parquet path, URL, glob or folder (repeatable),"
                                                                         " or an OpenAI batch file (.jsonl)")
     submit.add_argument("--format", choices=["parquet", "openai"],
@@ -111,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=_jobs)
 
     worker = commands.add_parser("worker", help="run a worker serving one or more models")
-    worker.add_argument("--model", required=True, action="append", help="registered name or folder (repeatable)")
+    worker.add_argument("--model", required=True, action="append",
+                        help="registered name, folder or Hub id (repeatable)")
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve Prometheus metrics on this port (default BARGE_METRICS_PORT; 0: off)")
@@ -121,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     add_secret_commands(commands)
     add_schedule_commands(commands)
     add_quant_commands(commands)
+    add_model_commands(commands)
     add_api_commands(commands)
 
     demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
