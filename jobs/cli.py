@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 from jobs.api_key_cli import add_api_commands
 from jobs.client import Client, JobFailed
@@ -191,7 +192,12 @@ def submitted_spec(args) -> JobSpec:
 
 
 def _status(args) -> int:
-    _print_status(Client().job(args.job_id).status())
+    from jobs.dry_run import planned_layout
+    client = Client()
+    _print_status(client.job(args.job_id).status())
+    layout = planned_layout(client.store, args.job_id)
+    if layout is not None:
+        print("  plan:\n" + textwrap.indent(layout.describe(), "    "))
     return 0
 
 

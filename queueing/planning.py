@@ -17,6 +17,7 @@ from storage.errors import StorageError
 from storage.clear import clear_output
 from jobs.inspection import planned_shards
 from storage.inspection import load_inspection
+from storage.layout import Layout, describe_layout
 from storage.plan import InputInfo
 from storage.stage import StagingReport, remove_staging, stage_split_pieces, staging_url
 
@@ -52,7 +53,7 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
                  staging.num_row_groups, staging.num_files, staging.num_bytes_written, staging.seconds)
     plans = [shard.to_dict() for shard in shards]
     if plans:
-        plans[0]["input"] = input_summary(info, staging)
+        plans[0]["input"] = input_summary(info, staging, describe_layout(info, shards))
     failpoint("before_plan_commit")
     if not store.start_job(job_id, plans):
         return 0
@@ -64,9 +65,9 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
     return len(plans)
 
 
-def input_summary(info: InputInfo, staging: StagingReport) -> dict:
-    """What planning found, kept with the first shard for the job's report and manifest."""
+def input_summary(info: InputInfo, staging: StagingReport, layout: Layout) -> dict:
+    """What planning found, kept with the first shard for the job's report, manifest and status."""
     ids = info.ids
     return {"num_duplicate_ids": ids.num_duplicate_rows if ids else 0, "num_null_ids": ids.num_null if ids else 0,
             "staged_row_groups": staging.num_row_groups, "staged_bytes": staging.num_bytes_written,
-            "staging_s": round(staging.seconds, 3)}
+            "staging_s": round(staging.seconds, 3), "layout": layout.to_dict()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 from storage.ids import IdSummary
 from storage.inputs import InputInfo
@@ -22,6 +22,14 @@ class Layout:
     num_packed_files: int  # files whose rows share a shard with another file's
     num_split_row_groups: int  # row groups bigger than a shard: staged once before the job runs
     ids: IdSummary | None = None
+
+    def to_dict(self) -> dict:
+        """JSON-ready, without the ids (the job's report keeps their counts)."""
+        return {name: value for name, value in asdict(self).items() if name != "ids"}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Layout:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name != "ids"})
 
     def describe(self) -> str:
         lines = [

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import JobSpec, JobStatus, ShardStatus
+from jobs import JobSpec, JobStatus, ShardStatus, cli
 from jobs.spec import JobSpecError
 from tests.e2e.test_distributed_e2e import FAST_RECOVERY, assert_every_row_once, running_shard, wait_until
 from tests.support.stack import stack
@@ -53,7 +53,8 @@ def write_mixed_folder(fs, root: str) -> tuple[int, str]:
     return 7040, f"{root}/b-huge.parquet"
 
 
-def test_a_mixed_folder_over_s3_lands_every_id_once_and_the_huge_row_group_is_fetched_once(tmp_path, monkeypatch):
+def test_a_mixed_folder_over_s3_lands_every_id_once_and_the_huge_row_group_is_fetched_once(tmp_path, monkeypatch,
+                                                                                            capsys):
     import s3fs
     from tests.integration.s3server import S3Server
     from tests.support.faulty_proxy import FaultyProxy
@@ -73,6 +74,16 @@ def test_a_mixed_folder_over_s3_lands_every_id_once_and_the_huge_row_group_is_fe
             assert job.wait(timeout=300).status == JobStatus.SUCCEEDED, deployment.worker_logs()
             ids = job.results().column("doc_id").to_pylist()
             shards = client.store.list_shards(job.id)
+            for name, value in deployment.env.items():   # `barge status` finds this deployment
+                monkeypatch.setenv(name, value)
+            capsys.readouterr()
+            assert cli.main(["status", job.id]) == 0
+            status = capsys.readouterr().out
+        # The plan in `barge status`, as planning found it (the same text as `barge submit --dry-run`).
+        assert "  plan:\n    input: 44 files (2 empty), 7,040 rows" in status, status
+        assert "row groups: 63, the largest 6,000 rows" in status   # 1 + 40 + 20, and the empty files' one each
+        assert f"shards: {len(shards)} (one output part each); 40 files packed several to a shard" in status
+        assert "row groups bigger than a shard: 1 (each read once into staged files" in status
         assert sorted(ids) == list(range(num_rows))
         assert len(shards) <= math.ceil(num_rows / 1000) + 2
         assert len(fs.glob("corpus/mixed-out/part-*.parquet")) == len(shards)
