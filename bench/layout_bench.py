@@ -10,8 +10,8 @@ staged copies included. One worker process on the embedded default serves all th
 jobs, warmed up by a small job first, so the model's load is in none of them. A job's
 time is from the client's submit call (which checks every footer) to the final state
 in the job's record; the ratio is against (a), run in the same process. The layouts
-run interleaved, --repeats rounds of (a), (b), (c); each line gives a layout's fastest
-round (the one a neighbour's load disturbed least) and, beside it, its slowest.
+run interleaved, --repeats rounds of (a), (b), (c); each line gives a layout's median
+round, its fastest and its slowest; "vs (a)" is the median of each round's ratio to (a).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import dataclasses
 import io
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -103,7 +104,7 @@ def main() -> None:
     parser.add_argument("--num-rows", type=int, default=10_000)
     parser.add_argument("--num-files", type=int, default=2_000)
     parser.add_argument("--model", default="minilm")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
     import s3fs
@@ -142,18 +143,20 @@ def _parquet(table: pa.Table) -> bytes:
 
 
 def report(rounds: list[list[Run]], args) -> None:
-    runs = [min(repeats, key=lambda run: run.job_s) for repeats in zip(*rounds)]
-    slowest = [max(run.job_s for run in repeats) for repeats in zip(*rounds)]
-    base = runs[0].job_s
-    print(f"\n{args.num_rows:,} rows, model {args.model}, S3 API (moto) on 127.0.0.1, fastest of {len(rounds)} "
-          f"rounds; CPU: {cpu_model()}")
+    """One line a layout: its median round (the machine is shared, so single rounds swing), and
+    beside it the fastest and slowest; each round's ratio is against (a) of the same round."""
+    runs = [sorted(repeats, key=lambda run: run.job_s)[len(repeats) // 2] for repeats in zip(*rounds)]
+    spread = [(min(r.job_s for r in repeats), max(r.job_s for r in repeats)) for repeats in zip(*rounds)]
+    ratios = [statistics.median(round_[i].job_s / round_[0].job_s for round_ in rounds) for i in range(len(runs))]
+    print(f"\n{args.num_rows:,} rows, model {args.model}, S3 API (moto) on 127.0.0.1, median of {len(rounds)} "
+          f"rounds (vs (a): median of the per-round ratios); CPU: {cpu_model()}")
     print(f"{'layout':26} {'files':>6} {'groups':>6} {'shards':>6} {'job s':>7} {'vs (a)':>7} {'submit s':>8} "
-          f"{'plan s':>7} {'input MB':>9} {'read MB':>8} {'read/input':>10} {'staged MB read':>14} {'slowest s':>9}")
-    for run, slowest_s in zip(runs, slowest):
+          f"{'plan s':>7} {'input MB':>9} {'read MB':>8} {'read/input':>10} {'staged MB read':>14} {'fastest-slowest s':>17}")
+    for run, ratio, (fastest_s, slowest_s) in zip(runs, ratios, spread):
         print(f"{run.layout:26} {run.num_files:>6} {run.num_row_groups:>6} {run.num_shards:>6} {run.job_s:>7.1f} "
-              f"{run.job_s / base:>6.2f}x {run.submit_s:>8.1f} {run.plan_s:>7.1f} {run.input_bytes / 1e6:>9.2f} "
+              f"{ratio:>6.2f}x {run.submit_s:>8.1f} {run.plan_s:>7.1f} {run.input_bytes / 1e6:>9.2f} "
               f"{run.bytes_read / 1e6:>8.2f} {run.bytes_read / run.input_bytes:>9.2f}x "
-              f"{run.staged_bytes_read / 1e6:>14.2f} {slowest_s:>9.1f}")
+              f"{run.staged_bytes_read / 1e6:>14.2f} {fastest_s:>8.1f}-{slowest_s:<8.1f}")
 
 
 if __name__ == "__main__":
