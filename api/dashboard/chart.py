@@ -68,7 +68,7 @@ class Chart:
     peak: float                        # the y axis's top value
     points: list[tuple[float, float]]  # (x, y) in SVG units, y down
     labels: list[str]                  # one per point: "12:03 · 41.2 rows/s"
-    width: int = 560
+    width: int = 540
     height: int = 160
     margin: int = 8
 

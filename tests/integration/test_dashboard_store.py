@@ -108,6 +108,23 @@ def test_progress_rates_shards_and_chart_come_from_the_shards(served):
     assert page.count('class="point"') == 2 * len(found["points"])
     filtered = http.get("/dashboard/api/jobs", params={"status": "queued"}).json()["jobs"]
     assert [job["id"] for job in filtered] == [served["unowned"]]
+    assert http.get("/dashboard/api/jobs", params={"model": "no-such-model"}).json()["jobs"] == []
+
+
+def test_the_job_page_shows_the_fp8_check_and_the_cost(served, monkeypatch):
+    store, job_id = served["store"], served["owned"]
+    store.record_quant_check(job_id, {"mode": "embed", "quantization": "fp8", "baseline_dtype": "float32",
+                                      "num_rows": 8, "cosine_mean": 0.99991, "cosine_min": 0.99950})
+    assert store.start_job(job_id, make_plans(1))
+    claim = store.claim_shard(job_id, 0, worker_id="gpu-7:123", lease_s=60)
+    store.commit_shard(job_id, 0, claim.token, part=part(0), rows_succeeded=10, rows_failed=0, num_tokens=1000,
+                       engine={"model": "all-MiniLM-L6-v2", "device": "cpu"})
+    monkeypatch.setenv("BARGE_PRICE_PER_HOUR", "3600")   # one unit per worker-second
+    page = _app(served, keyless=True).get(f"/dashboard/jobs/{job_id}").text
+    assert "fp8 vs float32 on 8 rows of shard 0: embedding cosine mean 0.99991, min 0.99950" in page
+    found = _app(served, keyless=True).get(f"/dashboard/api/jobs/{job_id}").json()["report"]
+    assert found["cost"]["price_per_hour"] == 3600 and found["cost"]["total"] >= 0
+    assert "worker-hours at 3600" in page and "device=cpu" in page and "model=all-MiniLM-L6-v2" in page
 
 
 def test_workers_show_their_heartbeat_engines_and_current_shards_to_whom_they_may(served):
