@@ -168,3 +168,30 @@ def test_no_page_shows_a_secret(served):
     for text in pages:
         for secret in ("path-token-77", "query-token-88", "owned-s3-secret", "AKIAOWNED", "whsec_test"):
             assert secret not in text
+
+
+def test_schedules_show_runs_with_rows_computed_and_reused_to_the_operator_only(served):
+    store = served["store"]
+    template = {"mode": "embed", "model": "minilm", "input": "/in/{date}/", "output": "/out/{date}/",
+                "webhook_url": SECRET_URL}
+    store.add_schedule("nightly", "0 2 * * *", "Europe/Paris", template, "latest", None, webhook_secret="whsec_sched")
+    run = store.add_manual_run("nightly")
+    job_id = store.create_job(make_spec(), model_key="all-MiniLM-L6-v2", rows_total=20, output_schema="{}",
+                              webhook_secret=None, job_id=run.job_id)
+    store.finish_run(run, "submitted")
+    assert store.start_job(job_id, make_plans(2))
+    for index, reused in ((0, 10), (1, 3)):
+        claim = store.claim_shard(job_id, index, worker_id="w:1", lease_s=60)
+        store.commit_shard(job_id, index, claim.token, part=part(index), rows_succeeded=10, rows_failed=0,
+                           rows_reused=reused)
+    http = _app(served, keyless=True)
+    page = http.get("/dashboard/schedules").text
+    assert "nightly" in page and "0 2 * * *" in page and "Europe/Paris" in page
+    row = page[page.index(job_id[:12]):]
+    assert '<td class="num">7</td><td class="num">13</td>' in row   # computed 20 - 13 reused, reused 13
+    for secret in ("path-token-77", "query-token-88", "whsec_sched"):
+        assert secret not in page
+    assert [job["id"] for job in http.get("/dashboard/api/jobs", params={"schedule": "nightly"}).json()["jobs"]] == [
+        job_id]
+    alice = {"Authorization": f"Bearer {served['alice'].secret}"}
+    assert "nightly" not in http.get("/dashboard/schedules", headers=alice).text
