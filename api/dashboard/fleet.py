@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from api.dashboard.redaction import redact_text, redact_value
 from jobs import tables
 from jobs.api_tables import api_batches
-from jobs.status import ShardStatus
+from jobs.status import JobStatus, ShardStatus
 from jobs.store import Store
 from jobs.worker_beats import WorkerBeats
 
@@ -77,7 +77,8 @@ def _rows_by_job(store: Store, job_ids: list[str]) -> dict[str, dict]:
     with store.engine.connect() as conn:
         sums = {job_id: (int(done or 0), int(reused or 0)) for job_id, done, reused in conn.execute(query)}
         status = {job_id: s for job_id, s in conn.execute(statuses)}
-    from jobs.status import JobStatus
-    return {job_id: {"rows_computed": sums.get(job_id, (0, 0))[0] - sums.get(job_id, (0, 0))[1],
-                     "rows_reused": sums.get(job_id, (0, 0))[1], "job_status": str(JobStatus(status[job_id]))}
-            for job_id in status}
+    found = {}
+    for job_id, job_status in status.items():
+        done, reused = sums.get(job_id, (0, 0))
+        found[job_id] = {"rows_computed": done - reused, "rows_reused": reused, "job_status": str(JobStatus(job_status))}
+    return found

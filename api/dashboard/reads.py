@@ -9,7 +9,6 @@ only the operator sees them; a key sees the workers, but only its own jobs' shar
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 
@@ -40,11 +39,7 @@ class DashboardReads:
     def jobs(self, key_id: str | None, *, status: str | None = None, model: str | None = None,
              schedule: str | None = None, limit: int = MAX_JOBS) -> list[dict]:
         """Jobs the viewer may see, newest first, each with its progress and rates."""
-        query = (select(tables.jobs, _batch.key_id, _key.name.label("key_name"), _schedule.name.label("schedule"))
-                 .outerjoin(api_batches, _batch.job_id == _job.id).outerjoin(api_keys, _key.id == _batch.key_id)
-                 .outerjoin(tables.schedule_runs, _run.job_id == _job.id)
-                 .outerjoin(tables.schedules, _schedule.id == _run.schedule_id)
-                 .order_by(_job.created_at.desc()).limit(limit))
+        query = _jobs_query().order_by(_job.created_at.desc()).limit(limit)
         if key_id is not None:
             query = query.where(_batch.key_id == key_id)
         if status:
@@ -80,10 +75,7 @@ class DashboardReads:
 
     def job_summary(self, job_id: str) -> dict:
         """One job as the list shows it (the caller checked can_see)."""
-        query = (select(tables.jobs, _batch.key_id, _key.name.label("key_name"), _schedule.name.label("schedule"))
-                 .outerjoin(api_batches, _batch.job_id == _job.id).outerjoin(api_keys, _key.id == _batch.key_id)
-                 .outerjoin(tables.schedule_runs, _run.job_id == _job.id)
-                 .outerjoin(tables.schedules, _schedule.id == _run.schedule_id).where(_job.id == job_id))
+        query = _jobs_query().where(_job.id == job_id)
         with self.engine.connect() as conn:
             row = conn.execute(query).one()
             sums = self._shard_sums(conn, [job_id])
@@ -136,6 +128,14 @@ class DashboardReads:
         return {job_id: dict(zip(names, values)) for job_id, *values in conn.execute(query)}
 
 
+def _jobs_query():
+    """Jobs with their owner key (a batch's) and schedule, when they have one."""
+    return (select(tables.jobs, _batch.key_id, _key.name.label("key_name"), _schedule.name.label("schedule"))
+            .outerjoin(api_batches, _batch.job_id == _job.id).outerjoin(api_keys, _key.id == _batch.key_id)
+            .outerjoin(tables.schedule_runs, _run.job_id == _job.id)
+            .outerjoin(tables.schedules, _schedule.id == _run.schedule_id))
+
+
 def _job_summary(row, sums: dict, now: float) -> dict:
     job = JobRecord.from_row(row)
     rows_done = int(sums.get("rows_done") or 0)
@@ -170,7 +170,3 @@ def _shard_view(row) -> dict:
 def shard_counts(shards: list[dict]) -> dict[str, int]:
     counts = Counter(shard["status"] for shard in shards)
     return {str(status): counts.get(str(status), 0) for status in ShardStatus}
-
-
-def loads(text: str | None):
-    return None if text is None else json.loads(text)

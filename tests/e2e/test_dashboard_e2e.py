@@ -34,7 +34,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 
 from jobs import JobSpec, JobStatus  # noqa: E402
 
-NUM_ROWS, ROWS_PER_SHARD, NULL_ROW = 16, 2, 5
+NUM_ROWS, ROWS_PER_SHARD, NULL_ROW = 32, 2, 5
 URL_TOKEN = "tok-3f9a1c-never-shown"
 MIN_COLOURS = 16   # a blank or single-colour page has 1 or 2
 
@@ -123,12 +123,11 @@ def test_operator_watches_a_job_run(deployment, browser, screenshots):
                        id_column="doc_id", output=str(deployment.root / "out"),
                        webhook_url=f"{receiver.url}?token={URL_TOKEN}", max_rows_per_shard=ROWS_PER_SHARD,
                        params={"max_tokens": 24, "temperature": 0})
-        job = client.submit(spec)
-
-        # Given the jobs list open in the browser, when the job runs, then its row appears
-        # and its progress bar moves, with no reload (the marker set on the page survives).
+        # Given the jobs list open in the browser, when the job is submitted and runs, then
+        # its row appears and its progress bar moves, with no reload (the page's marker stays).
         browser.get(deployment.base + "/dashboard/jobs")
         browser.execute_script("window.barge_marker = 'not reloaded';")
+        job = client.submit(spec)
         wait_for(lambda: _job_row_progress(browser, job.id) is not None, 60, "the job's row")
         seen = set()
         deadline = time.monotonic() + 300
