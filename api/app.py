@@ -3,6 +3,8 @@
 Every route needs `Authorization: Bearer <key>` (a key made by `barge api-key create`)
 and sees only that key's files and batches. Errors answer in OpenAI's shape
 (api.errors); ids are checked against our own formats before they reach SQL or a path.
+The dashboard (api.dashboard) is mounted beside them under /dashboard, with its own
+access rule: the same keys, or none from loopback when the server is bound there.
 """
 
 from __future__ import annotations
