@@ -195,3 +195,36 @@ def test_schedules_show_runs_with_rows_computed_and_reused_to_the_operator_only(
         job_id]
     alice = {"Authorization": f"Bearer {served['alice'].secret}"}
     assert "nightly" not in http.get("/dashboard/schedules", headers=alice).text
+
+
+class _Engine:
+    """Stands in for a loaded Engine: its settings, and the step observers it calls."""
+
+    settings = {"mode": "generate", "device": "cpu", "dtype": "float32", "max_num_seqs": 8}
+
+    def __init__(self):
+        self.observers = []
+
+    def add_step_observer(self, observer) -> None:
+        self.observers.append(observer)
+
+
+def test_a_workers_heartbeat_reports_its_engines_steps_and_its_clean_stop(store):
+    from types import SimpleNamespace
+
+    from engine.step_stats import StepStats
+    from queueing.heartbeat import Heartbeat
+    engine = _Engine()
+    runtime = SimpleNamespace(store=store, worker_id="host-a:42", models={"SmolLM2-135M-Instruct": None},
+                              engines={("SmolLM2-135M-Instruct", "generate", None): engine})
+    heartbeat = Heartbeat(runtime)
+    heartbeat.beat()
+    [observer] = engine.observers
+    observer(StepStats(num_seqs=4, num_tokens=4, max_num_seqs=8, max_num_tokens=64, num_kv_blocks_used=3,
+                       num_kv_blocks=12))
+    heartbeat.stop()
+    [beat] = WorkerBeats(store.engine).list()
+    assert beat.id == "host-a:42" and beat.models == ["SmolLM2-135M-Instruct"] and beat.stopped_at is not None
+    [reported] = beat.engines
+    assert reported.settings["model"] == "SmolLM2-135M-Instruct" and reported.settings["device"] == "cpu"
+    assert (reported.num_steps, reported.occupancy, reported.kv_cache_usage, reported.num_seqs) == (1, 0.5, 0.25, 4)
