@@ -192,10 +192,15 @@ def submitted_spec(args) -> JobSpec:
 
 
 def _status(args) -> int:
-    from jobs.dry_run import planned_layout
+    from jobs.planned import audio_progress, planned_layout
     client = Client()
-    _print_status(client.job(args.job_id).status())
-    layout = planned_layout(client.store, args.job_id)
+    state = client.job(args.job_id).status()
+    _print_status(state)
+    shards = client.store.list_shards(args.job_id)
+    audio = audio_progress(shards, state)
+    if audio is not None:
+        print(f"  {audio.describe()}")
+    layout = planned_layout(shards)
     if layout is not None:
         print("  plan:\n" + textwrap.indent(layout.describe(), "    "))
     return 0

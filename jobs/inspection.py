@@ -20,13 +20,16 @@ from storage.inputs import InputInfo
 from storage.inspection import save_inspection
 from storage.plan import ShardPlan, plan_shards
 from storage.stage import staging_url
+from storage.work import AUDIO_SECONDS
 
 log = logging.getLogger("barge.client")
 
 
 def planned_shards(spec: JobSpec, info: InputInfo) -> list[ShardPlan]:
-    """The job's plan over `info`: the one place a spec's limits become plan_shards' arguments."""
-    return plan_shards(info, max_rows_per_shard=spec.max_rows_per_shard, max_work_per_shard=spec.max_tokens_per_shard)
+    """The job's plan over `info`: the one place a spec's limits become plan_shards' arguments
+    (work is tokens for text, audio seconds for audio: storage.work)."""
+    max_work = spec.max_audio_seconds_per_shard if info.work_unit == AUDIO_SECONDS else spec.max_tokens_per_shard
+    return plan_shards(info, max_rows_per_shard=spec.max_rows_per_shard, max_work_per_shard=max_work)
 
 
 def is_remote_input(info: InputInfo) -> bool:

@@ -111,6 +111,9 @@ class JobSpec:
     """Copy a hive-partitioned input's keys (`year=2026/...`) into the output as string columns."""
     max_tokens_per_shard: int | None = 1_000_000
     """Upper bound on a shard's estimated work (tokens, from Parquet footers), besides its rows."""
+    max_audio_seconds_per_shard: int | None = 1800
+    """Transcribe: upper bound on a shard's audio seconds, besides its rows; each file's duration
+    is read from its container header at planning (storage.durations)."""
     errors_file: bool = True
     """Write OUTPUT/errors.jsonl listing each failed row's id and error (when any row failed)."""
     priority: int = 5
@@ -173,6 +176,11 @@ class JobSpec:
         if self.max_tokens_per_shard is not None and (isinstance(self.max_tokens_per_shard, bool) or not isinstance(
                 self.max_tokens_per_shard, int) or self.max_tokens_per_shard < 1):
             raise JobSpecError("max_tokens_per_shard", f"must be a positive integer or null, got {self.max_tokens_per_shard!r}")
+        if self.max_audio_seconds_per_shard is not None and (
+                isinstance(self.max_audio_seconds_per_shard, bool) or not isinstance(self.max_audio_seconds_per_shard, int)
+                or self.max_audio_seconds_per_shard < 1):
+            raise JobSpecError("max_audio_seconds_per_shard",
+                               f"must be a positive integer or null, got {self.max_audio_seconds_per_shard!r}")
         for name in ("incremental", "allow_duplicate_ids"):
             if not isinstance(getattr(self, name), bool):
                 raise JobSpecError(name, f"must be a boolean, got {getattr(self, name)!r}")

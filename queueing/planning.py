@@ -16,6 +16,7 @@ from queueing.transient import is_transient
 from storage.errors import StorageError
 from storage.clear import clear_output
 from jobs.inspection import planned_shards
+from storage.durations import Durations, with_durations
 from storage.inspection import load_inspection
 from storage.layout import Layout, describe_layout
 from storage.plan import InputInfo
@@ -38,6 +39,9 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
         info = load_inspection(staging_url(spec.output, job_id)) or inspect_job_input(
             spec, summarize_ids=bool(spec.id_column))
         check_ids(spec, info)
+        durations = None
+        if spec.mode == "transcribe":   # shards bounded by audio seconds, from the files' headers
+            info, durations = with_durations(info, spec.input_column)
         shards = planned_shards(spec, info)
         if spec.if_exists == "replace":
             clear_output(spec.output)
@@ -53,7 +57,7 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
                  staging.num_row_groups, staging.num_files, staging.num_bytes_written, staging.seconds)
     plans = [shard.to_dict() for shard in shards]
     if plans:
-        plans[0]["input"] = input_summary(info, staging, describe_layout(info, shards))
+        plans[0]["input"] = input_summary(info, staging, describe_layout(info, shards), durations)
     failpoint("before_plan_commit")
     if not store.start_job(job_id, plans):
         return 0
@@ -65,9 +69,11 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
     return len(plans)
 
 
-def input_summary(info: InputInfo, staging: StagingReport, layout: Layout) -> dict:
+def input_summary(info: InputInfo, staging: StagingReport, layout: Layout, durations: Durations | None) -> dict:
     """What planning found, kept with the first shard for the job's report, manifest and status."""
     ids = info.ids
+    audio = {} if durations is None else {"audio_seconds": round(durations.total_seconds, 3),
+                                          "num_unknown_durations": durations.num_unknown}
     return {"num_duplicate_ids": ids.num_duplicate_rows if ids else 0, "num_null_ids": ids.num_null if ids else 0,
             "staged_row_groups": staging.num_row_groups, "staged_bytes": staging.num_bytes_written,
-            "staging_s": round(staging.seconds, 3), "layout": layout.to_dict()}
+            "staging_s": round(staging.seconds, 3), "layout": layout.to_dict(), **audio}

@@ -43,6 +43,8 @@ class InputFile:
     row_group_rows: tuple[int, ...]  # row_group_index -> num_rows in that row group
     # row_group_index -> estimated work (InputInfo.work_unit) of the input column; () when unknown
     row_group_work: tuple[int, ...] = ()
+    # row -> work, when known per row (storage.durations: audio seconds from the headers); () otherwise
+    row_work: tuple[int, ...] = ()
     # hive partition key -> value from the file's `key=value` directories, outermost first
     partition: dict[str, str | None] = field(default_factory=dict)
     num_bytes: int = 0  # the file's size; 0 when unknown

@@ -35,13 +35,13 @@ def inspection_to_dict(info: InputInfo) -> dict:
         ids = dict(asdict(info.ids), first_duplicates=[[value, list(rows)] for value, rows in info.ids.first_duplicates])
     return {"schema": encode_schema(info.schema), "num_rows": info.num_rows, "work_unit": info.work_unit,
             "partition_keys": list(info.partition_keys), "ids": ids,
-            "files": [dict(asdict(f), row_group_rows=list(f.row_group_rows), row_group_work=list(f.row_group_work))
-                      for f in info.files]}
+            "files": [dict(asdict(f), row_group_rows=list(f.row_group_rows), row_group_work=list(f.row_group_work),
+                           row_work=list(f.row_work)) for f in info.files]}
 
 
 def inspection_from_dict(data: dict) -> InputInfo:
-    files = tuple(InputFile(**dict(f, row_group_rows=tuple(f["row_group_rows"]),
-                                   row_group_work=tuple(f["row_group_work"]))) for f in data["files"])
+    files = tuple(InputFile(**dict(f, row_group_rows=tuple(f["row_group_rows"]), row_group_work=tuple(f["row_group_work"]),
+                                   row_work=tuple(f.get("row_work", ())))) for f in data["files"])
     ids = data["ids"]
     if ids is not None:
         ids = IdSummary(**dict(ids, first_duplicates=tuple((value, tuple(rows))

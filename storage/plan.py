@@ -90,8 +90,9 @@ def plan_shards(info: InputInfo, *, max_rows_per_shard: int = DEFAULT_MAX_ROWS_P
     grouped while both limits hold, and consecutive pieces, of one file or of
     several, are packed into a shard while both limits hold. A row group over
     either limit becomes pieces of its own, split by row range into near-equal
-    shards (its work taken as spread evenly over its rows; a single row over the
-    work limit still makes a shard). Empty files and row groups give no piece.
+    shards (its work taken as spread evenly over its rows, or, when a file knows its
+    work per row (`row_work`: audio seconds), cut greedily by it; a single row over
+    the work limit still makes a shard). Empty files and row groups give no piece.
     Every row of every file is in exactly one shard. With `max_work_per_shard=None`,
     or footers without work estimates, only rows count.
     """
@@ -136,7 +137,10 @@ def _file_pieces(input_file: InputFile, max_rows: int, max_work: int | None) -> 
             pieces.append(_piece(input_file, pending, pending_start, pending_rows, pending_work))
             pending, pending_rows, pending_work = [], 0, 0
         if not _fits(num_rows, group_work, max_rows, max_work):
-            for offset, size, piece_work in split_group(num_rows, group_work, max_rows, max_work):
+            row_work = input_file.row_work[row_group_start:row_group_start + num_rows]
+            ranges = (split_rows(row_work, max_rows, max_work) if row_work and max_work is not None
+                      else split_group(num_rows, group_work, max_rows, max_work))
+            for offset, size, piece_work in ranges:
                 pieces.append(_piece(input_file, [index], row_group_start + offset, size, piece_work, is_split=True))
         elif num_rows > 0 or pending:  # an empty group inside a run keeps the run consecutive
             if not pending:
@@ -180,4 +184,19 @@ def split_group(num_rows: int, work: int, max_rows: int, max_work: int | None) -
         piece_work = work * (offset + size) // num_rows - work * offset // num_rows
         ranges.append((offset, size, piece_work))
         offset += size
+    return ranges
+
+
+def split_rows(row_work: tuple[int, ...], max_rows: int, max_work: int) -> list[tuple[int, int, int]]:
+    """A row group over a limit, its work known per row (audio seconds), as consecutive row ranges
+    filled greedily within both limits: (offset in the group, num_rows, work) each. A single row
+    over max_work is a range of its own."""
+    ranges: list[tuple[int, int, int]] = []
+    start = work = 0
+    for offset, row in enumerate(row_work):
+        if offset > start and not _fits(offset - start + 1, work + row, max_rows, max_work):
+            ranges.append((start, offset - start, work))
+            start, work = offset, 0
+        work += row
+    ranges.append((start, len(row_work) - start, work))
     return ranges
