@@ -115,6 +115,11 @@ def _job_row_progress(browser, job_id: str) -> float | None:
                                   "return bar ? bar.value : null;", job_id)
 
 
+def _held_shards(deployment) -> set[str]:
+    workers = json.load(urllib.request.urlopen(deployment.base + "/dashboard/api/workers"))["workers"]
+    return {shard["job_id"] for worker in workers for shard in worker["shards"]}
+
+
 def test_operator_watches_a_job_run(deployment, browser, screenshots):
     client = deployment.client()
     with FlakyReceiver() as receiver:
@@ -129,14 +134,16 @@ def test_operator_watches_a_job_run(deployment, browser, screenshots):
         browser.execute_script("window.barge_marker = 'not reloaded';")
         job = client.submit(spec)
         wait_for(lambda: _job_row_progress(browser, job.id) is not None, 60, "the job's row")
-        seen = set()
+        seen, held = set(), set()
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             seen.add(_job_row_progress(browser, job.id))
+            held |= _held_shards(deployment)
             if 100.0 in seen:
                 break
             time.sleep(0.3)
         assert len(seen) >= 2 and 100.0 in seen, f"progress values seen: {sorted(seen)}"
+        assert job.id in held, "the workers page named a shard of the job while the worker held it"
         assert browser.execute_script("return window.barge_marker;") == "not reloaded"
         assert _shot(browser, screenshots, "jobs") >= MIN_COLOURS
 
