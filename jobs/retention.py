@@ -3,7 +3,9 @@
 
 An output is removed the way `if_exists="replace"` clears one (_SUCCESS first, then
 the manifest, errors file and part files; other files stay), and only when its job is
-finished and no newer run of the schedule writes to the same folder. A cache entry
+finished and no newer run of the schedule writes to the same folder. A finished job's
+staging folder (kept by a job that ended unfinished, for a retry) goes past retention
+whatever happens to the output. A cache entry
 goes when no job has written or reused it for as long as the longest retention among
 the schedules whose jobs share its namespace; a schedule that keeps its outputs for
 ever keeps its cache entries too.
@@ -20,6 +22,7 @@ from jobs.schedules import Schedule
 from jobs.store import Store
 from storage.clear import clear_output
 from storage.fs import redact, resolve
+from storage.stage import remove_staging, staging_url
 
 log = logging.getLogger("barge.retention")
 
@@ -30,13 +33,15 @@ class PruneReport:
     outputs: list[str] = field(default_factory=list)        # outputs removed (or to remove)
     cache_entries: int = 0
     cache_files: list[str] = field(default_factory=list)    # cache files removed (or to remove)
+    staging: list[str] = field(default_factory=list)        # staging folders of old jobs (storage.stage)
 
     def lines(self) -> list[str]:
         verb = "would remove" if self.dry_run else "removed"
         return ([f"{verb} output {redact(url)}" for url in self.outputs]
+                + [f"{verb} staged files {redact(url)}" for url in self.staging]
                 + [f"{verb} cache file {redact(url)}" for url in self.cache_files]
                 + [f"{verb} {len(self.outputs)} outputs, {self.cache_entries} cache entries, "
-                   f"{len(self.cache_files)} cache files"])
+                   f"{len(self.cache_files)} cache files, {len(self.staging)} staging folders"])
 
 
 def prune(store: Store, schedules: list[Schedule], *, dry_run: bool = False, now: float | None = None) -> PruneReport:
@@ -57,6 +62,7 @@ def _prune_outputs(store: Store, schedule: Schedule, runs: list[ScheduleRun], cu
         job = jobs.get(run.job_id)
         if job is None or run.pruned_at is not None or run.period_at >= cutoff or not job.status.is_finished:
             continue
+        _prune_staging(job, report)   # the job's own folder: it goes with the job's retention, output kept or not
         if job.spec.output in kept:   # a newer run writes there: its result is not old
             continue
         report.outputs.append(job.spec.output)
@@ -64,6 +70,19 @@ def _prune_outputs(store: Store, schedule: Schedule, runs: list[ScheduleRun], cu
             clear_output(job.spec.output)
             store.mark_run_pruned(run, time.time())
             log.info("schedule %s: removed output %s of job %s", schedule.name, redact(job.spec.output), job.id)
+
+
+def _prune_staging(job, report: PruneReport) -> None:
+    """A job that ended unfinished keeps its staged files for a retry (storage.stage); past
+    retention no retry is coming. A committed job's were removed at its commit."""
+    url = staging_url(job.spec.output, job.id)
+    fs, path = resolve(url)
+    if not fs.exists(path):
+        return
+    report.staging.append(url)
+    if not report.dry_run:
+        remove_staging(job.spec.output, job.id)
+        log.info("removed the staged files of job %s at %s", job.id, redact(url))
 
 
 def _prune_cache(store: Store, schedule_ids: set[str], now: float, report: PruneReport) -> None:
