@@ -26,11 +26,15 @@ def job_page(reads: DashboardReads, job_id: str) -> dict:
     shards = reads.shards(job_id)
     points, bucket_s = per_bucket(reads.commits(job_id))
     times = [p.t for p in points]
-    return {"job": summary, "spec": reads.spec(job_id), "shards": shards, "shard_counts": shard_counts(shards),
+    webhooks = reads.webhooks(job_id)
+    # nothing more will change: the page stops polling (errors.jsonl is not re-read every 2 s)
+    is_settled = summary["is_finished"] and all(event["status"] != "pending" for event in webhooks)
+    return {"job": summary, "is_settled": is_settled, "spec": reads.spec(job_id), "shards": shards,
+            "shard_counts": shard_counts(shards),
             "bucket_s": bucket_s, "points": [p.__dict__ for p in points],
             "charts": [line_chart("rows/s", times, [p.rows_per_s for p in points], "rows", clock),
                        line_chart("tokens/s", times, [p.tokens_per_s for p in points], "tokens", clock)],
-            "webhooks": reads.webhooks(job_id), "failed_rows": failed_rows(reads, summary),
+            "webhooks": webhooks, "failed_rows": failed_rows(reads, summary),
             "report": usage_report(reads, job_id)}
 
 

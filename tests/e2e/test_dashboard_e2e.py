@@ -233,3 +233,9 @@ def test_a_key_sees_only_its_own_jobs(deployment, browser, screenshots):
     browser.delete_all_cookies()
     browser.get(deployment.base + "/dashboard/login")
     assert _shot(browser, screenshots, "login") >= MIN_COLOURS
+
+
+def test_the_non_blank_check_can_fail(browser):
+    """The colour count the page checks rely on: a blank page has one colour."""
+    browser.get("about:blank")
+    assert distinct_colours(browser, browser.get_screenshot_as_png()) < MIN_COLOURS

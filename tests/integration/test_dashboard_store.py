@@ -228,3 +228,17 @@ def test_a_workers_heartbeat_reports_its_engines_steps_and_its_clean_stop(store)
     [reported] = beat.engines
     assert reported.settings["model"] == "SmolLM2-135M-Instruct" and reported.settings["device"] == "cpu"
     assert (reported.num_steps, reported.occupancy, reported.kv_cache_usage, reported.num_seqs) == (1, 0.5, 0.25, 4)
+
+
+def test_the_job_page_stops_polling_once_nothing_can_change(served):
+    from jobs.status import JobStatus
+    from jobs.store import OutboxEvent
+    store, http = served["store"], _app(served, keyless=True)
+    running, pending, quiet = served["owned"], served["unowned"], new_job(store)
+    assert store.start_job(running, make_plans(1))
+    store.finish_job(pending, JobStatus.FAILED, error="boom",
+                     event=OutboxEvent(id="msg_dash2", type="job.failed", url=SECRET_URL, body=b"{}"))
+    store.finish_job(quiet, JobStatus.FAILED, error="boom")
+    settled = {job_id: "data-settled" in http.get(f"/dashboard/jobs/{job_id}?fragment=1").text
+               for job_id in (running, pending, quiet)}
+    assert settled == {running: False, pending: False, quiet: True}   # a pending webhook may still be retried

@@ -70,15 +70,20 @@
     body.dataset.polled = String(Number(body.dataset.polled || 0) + 1);
   }
 
+  // Returns false once the region says nothing more will change ([data-settled]).
   async function pollRegion(region) {
+    if (region.querySelector("[data-settled]")) return false;
     const answer = await fetch(region.dataset.live, { credentials: "same-origin" });
-    if (!answer.ok) return;
-    region.innerHTML = await answer.text();
-    region.dataset.polled = String(Number(region.dataset.polled || 0) + 1);
+    if (answer.ok) {
+      region.innerHTML = await answer.text();
+      region.dataset.polled = String(Number(region.dataset.polled || 0) + 1);
+    }
+    return true;
   }
 
   function every(task) {
-    const run = () => task().catch(() => {}).finally(() => setTimeout(run, POLL_MS));
+    const run = () => task().then((again) => again !== false, () => true)
+      .then((again) => { if (again) setTimeout(run, POLL_MS); });
     setTimeout(run, POLL_MS);
   }
 
