@@ -20,7 +20,7 @@ import torch
 from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
 from engine.whisper.beam import BeamSearch
-from engine.whisper.config import N_SAMPLES_PER_CHUNK
+from engine.whisper.config import HOP_LENGTH, N_SAMPLES_PER_CHUNK
 from engine.whisper.kv_cache import DecoderCache
 from engine.whisper.logit_rules import LogitRules, max_initial_timestamp_index
 from engine.whisper.mel import log_mel
@@ -97,6 +97,10 @@ class ChunkDecoder:
         for row, samples in enumerate(audio):
             batch[row, :len(samples)] = torch.from_numpy(samples[:N_SAMPLES_PER_CHUNK])
         mel = log_mel(batch.to(self.device), self.model.config.n_mels)
+        # Past the chunk's own frames the window holds zeros, as openai-whisper's transcribe
+        # (and faster-whisper) pad it: the log-Mel of padded silence is not what they feed.
+        for row, samples in enumerate(audio):
+            mel[row, :, min(len(samples), N_SAMPLES_PER_CHUNK) // HOP_LENGTH:] = 0
         return self.model.encoder(mel.to(self.dtype))
 
     def _start(self, admitted: list[DecodeRequest]) -> None:

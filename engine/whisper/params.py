@@ -22,6 +22,9 @@ class TranscribeParams:
     sample, as openai-whisper's transcribe does)."""
     vad: bool = True                   # False: cut only to fit 30 s, keep silences
     with_timestamps: bool = True       # False: one segment per chunk
+    word_timestamps: bool = False
+    """True: every segment gets its words with start, end and probability, timed from the
+    alignment heads' cross-attention by dynamic time warping (engine.whisper.alignment)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.temperature, list):
@@ -37,7 +40,7 @@ class TranscribeParams:
             raise ValueError(f"temperature must be a number in [0, 2] or a list of them, got {self.temperature!r}")
         if isinstance(self.beam_size, bool) or not isinstance(self.beam_size, int) or not 1 <= self.beam_size <= MAX_BEAM_SIZE:
             raise ValueError(f"beam_size must be an integer from 1 (greedy) to {MAX_BEAM_SIZE}, got {self.beam_size!r}")
-        for name in ("vad", "with_timestamps"):
+        for name in ("vad", "with_timestamps", "word_timestamps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")
 

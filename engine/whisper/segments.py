@@ -13,6 +13,12 @@ from engine.whisper.tokenizer import WhisperTokenizer
 
 
 def chunk_segments(tokens: list[int], tokenizer: WhisperTokenizer, offset_s: float, duration_s: float) -> list[Segment]:
+    return [_segment(tokenizer, text_tokens, offset_s + start, offset_s + end)
+            for start, end, text_tokens in token_segments(tokens, tokenizer, duration_s)]
+
+
+def token_segments(tokens: list[int], tokenizer: WhisperTokenizer, duration_s: float) -> list[tuple[float, float, list[int]]]:
+    """(start, end, text tokens) of each segment with text, seconds from the chunk's start."""
     begin = tokenizer.timestamp_begin
     segments, text_tokens, opened_at = [], [], 0.0
     for token in tokens:
@@ -21,12 +27,12 @@ def chunk_segments(tokens: list[int], tokenizer: WhisperTokenizer, offset_s: flo
             continue
         time_s = min((token - begin) * SECONDS_PER_TIMESTAMP, duration_s)
         if text_tokens:
-            segments.append(_segment(tokenizer, text_tokens, offset_s + opened_at, offset_s + time_s))
+            segments.append((opened_at, time_s, text_tokens))
             text_tokens = []
         opened_at = time_s
     if text_tokens:
-        segments.append(_segment(tokenizer, text_tokens, offset_s + opened_at, offset_s + duration_s))
-    return [s for s in segments if s.text]
+        segments.append((opened_at, duration_s, text_tokens))
+    return [(start, end, ids) for start, end, ids in segments if tokenizer.decode(ids).strip()]
 
 
 def _segment(tokenizer: WhisperTokenizer, text_tokens: list[int], start: float, end: float) -> Segment:

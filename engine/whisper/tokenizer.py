@@ -8,6 +8,7 @@ notimestamps, then 1501 timestamps <|0.00|> .. <|30.00|>.
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 from engine.whisper.config import WhisperConfig
@@ -18,6 +19,10 @@ LANGUAGE_CODES = (
     "la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so af oc "
     "ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue").split()
 TASKS = ("transcribe", "translate")
+# Languages written without spaces between words: their words are split wherever the
+# tokens so far decode to whole characters (openai-whisper's rule; no morphology here).
+UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
+REPLACEMENT_CHAR = "\ufffd"
 NUM_TIMESTAMPS = 1501
 _SPECIALS_AFTER_LANGUAGES = 6   # translate, transcribe, startoflm, startofprev, nospeech, notimestamps
 
@@ -62,6 +67,49 @@ class WhisperTokenizer:
     def decode(self, token_ids: list[int]) -> str:
         """Text of the plain (non-special, non-timestamp) tokens."""
         return self._decode_ids([t for t in token_ids if t < self.eot])
+
+    def split_to_word_tokens(self, tokens: list[int], language: str | None) -> tuple[list[str], list[list[int]]]:
+        """Words and the tokens of each, as openai-whisper splits them for word timing:
+        at whole characters for UNSPACED_LANGUAGES; otherwise a word starts at a token
+        beginning with a space, at punctuation and at a special token (the closing eot)."""
+        pieces = self._split_on_characters(tokens)
+        if language in UNSPACED_LANGUAGES:
+            return [text for text, _ in pieces], [ids for _, ids in pieces]
+        words: list[str] = []
+        word_tokens: list[list[int]] = []
+        for text, ids in pieces:
+            # `in` on strings is a substring test: "" and runs like ".," count as punctuation, as in the reference
+            starts_word = ids[0] >= self.eot or text.startswith(" ") or text.strip() in string.punctuation
+            if starts_word or not words:
+                words.append(text)
+                word_tokens.append(list(ids))
+            else:
+                words[-1] += text
+                word_tokens[-1].extend(ids)
+        return words, word_tokens
+
+    def _split_on_characters(self, tokens: list[int]) -> list[tuple[str, list[int]]]:
+        """Runs of tokens that decode to whole characters (a character's UTF-8 bytes can
+        span tokens); a special token is a run of its own."""
+        full = self._decode_ids([t for t in tokens if t < self.eot])
+        pieces, current, offset = [], [], 0
+        for token in tokens:
+            if token >= self.eot:
+                if current:
+                    pieces.append((self._decode_ids(current), current))
+                    offset += len(pieces[-1][0])
+                pieces.append(("", [token]))
+                current = []
+                continue
+            current.append(token)
+            text = self._decode_ids(current)
+            bad = text.find(REPLACEMENT_CHAR)
+            if bad < 0 or full[offset + bad:offset + bad + 1] == REPLACEMENT_CHAR:
+                pieces.append((text, current))
+                current, offset = [], offset + len(text)
+        if current:
+            pieces.append((self._decode_ids(current), current))
+        return pieces
 
 
 def _load_decoder(folder: Path, is_multilingual: bool):

@@ -21,16 +21,18 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from engine.whisper.alignment import AlignmentInput, align
 from engine.whisper.audio import Audio, AudioError, load_audio
 from engine.whisper.chunk import Chunk
-from engine.whisper.config import SAMPLE_RATE
+from engine.whisper.config import HOP_LENGTH, SAMPLE_RATE
 from engine.whisper.decoding import ChunkDecoder
 from engine.whisper.logit_rules import compression_ratio
-from engine.whisper.outputs import Segment, TranscriptionOutput
+from engine.whisper.outputs import Segment, TranscriptionOutput, Word
 from engine.whisper.params import TranscribeParams
 from engine.whisper.request import DecodeOptions, DecodeRequest
-from engine.whisper.segments import chunk_segments
+from engine.whisper.segments import token_segments
 from engine.whisper.vad import FileSpeech, analyse, make_chunks, split_chunk
+from engine.whisper.words import TimedSegment, place_words
 
 COMPRESSION_RATIO_THRESHOLD = 2.4
 LOGPROB_THRESHOLD = -1.0
@@ -39,6 +41,7 @@ MAX_SPLIT_DEPTH = 1
 MIN_SPLIT_S = 4.0            # halves shorter than this are not worth a re-chunk
 MIN_UNHEARD_SPEECH_S = 0.5   # speech after a chunk's last segment that earns a continuation
 MAX_CONTINUATIONS = 2        # of one chunk: each costs an encoder pass
+MAX_PENDING_ALIGNMENTS = 8   # accepted chunks holding their encoder output until a batched alignment pass
 
 
 @dataclass(eq=False)
@@ -53,10 +56,22 @@ class FileWork:
     def output(self) -> TranscriptionOutput:
         ordered = [self.chunks[start] for start in sorted(self.chunks)]
         language = self.language or (self.first_request.language if self.first_request else None)
+        probs = self.first_request.language_probs if self.first_request else None
         return TranscriptionOutput(text="".join(raw for raw, _ in ordered).strip(),
                                    segments=[s for _, segments in ordered for s in segments],
                                    language=language, duration_s=round(self.audio.duration_s, 3),
+                                   language_probability=probs.get(language) if probs else None,
                                    num_tokens=self.num_tokens)
+
+
+@dataclass(frozen=True)
+class PendingAlignment:
+    """An accepted chunk whose words are still to be timed (word_timestamps=True)."""
+
+    file: FileWork
+    chunk: Chunk
+    segments: list[TimedSegment]      # chunk-relative times
+    inputs: AlignmentInput
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,7 @@ class Transcriber:
         self.decoder = decoder
         self.tokenizer = decoder.tokenizer
         self._ids = itertools.count()
+        self._pending: list[PendingAlignment] = []
 
     def transcribe(self, sources: list, params: TranscribeParams) -> list[TranscriptionOutput]:
         self.tokenizer.check_language(params.language)
@@ -88,6 +104,9 @@ class Transcriber:
         while self.decoder.has_work:
             for request in self.decoder.step():
                 self._finish(jobs, jobs.pop(request.request_id), request, params)
+            if len(self._pending) >= MAX_PENDING_ALIGNMENTS:
+                self._align_pending()
+        self._align_pending()
         return [work.output() if isinstance(work, FileWork) else work for work in works]
 
     def _open(self, source, language: str | None) -> FileWork | TranscriptionOutput:
@@ -125,7 +144,7 @@ class Transcriber:
             retry = ChunkJob(file, job.chunk, job.attempt + 1, job.depth, job.hops)
             self._submit(jobs, retry, params, features=request.audio_features, first=True)
             return
-        request.audio_features = None
+        features, request.audio_features = request.audio_features, None
         if needs_fallback and self._can_split(job):
             for half in split_chunk(file.speech, job.chunk):
                 self._submit(jobs, ChunkJob(file, half, 0, job.depth + 1, job.hops), params, first=True)
@@ -133,19 +152,48 @@ class Transcriber:
         if is_silent and is_unlikely:
             file.chunks[job.chunk.start] = ("", [])
             return
-        self._accept(jobs, job, request.output, raw_text, params)
+        self._accept(jobs, job, request, raw_text, params, features)
 
-    def _accept(self, jobs: dict, job: ChunkJob, tokens: list[int], raw_text: str, params: TranscribeParams) -> None:
+    def _accept(self, jobs: dict, job: ChunkJob, request: DecodeRequest, raw_text: str, params: TranscribeParams,
+                features) -> None:
         file, chunk = job.file, job.chunk
-        in_chunk = chunk_segments(tokens, self.tokenizer, 0.0, chunk.num_samples / SAMPLE_RATE)
-        file.chunks[chunk.start] = (raw_text, [Segment(round(chunk.to_file_s(s.start), 3),
-                                                       round(chunk.to_file_s(s.end, is_end=True), 3), s.text)
-                                               for s in in_chunk])
+        in_chunk = [TimedSegment(start, end, ids) for start, end, ids in
+                    token_segments(request.output, self.tokenizer, chunk.num_samples / SAMPLE_RATE)]
+        file.chunks[chunk.start] = (raw_text, self._file_segments(chunk, in_chunk))
+        if params.word_timestamps and in_chunk:
+            sot = self.tokenizer.sot_sequence(request.language, params.task, with_timestamps=True)
+            inputs = AlignmentInput(features, sot, [t for s in in_chunk for t in s.text_tokens],
+                                    chunk.num_samples // HOP_LENGTH, request.language)
+            self._pending.append(PendingAlignment(file, chunk, in_chunk, inputs))
         heard_until = round(in_chunk[-1].end * SAMPLE_RATE) if in_chunk else chunk.num_samples
         rest = chunk.sub(heard_until, chunk.num_samples)
         if (job.hops < MAX_CONTINUATIONS and 0 < heard_until < chunk.num_samples
                 and sum(file.speech.speech_s(s, e) for s, e in rest.pieces) >= MIN_UNHEARD_SPEECH_S):
             self._submit(jobs, ChunkJob(file, rest, 0, job.depth, job.hops + 1), params, first=True)
+
+    def _file_segments(self, chunk: Chunk, segments: list[TimedSegment]) -> list[Segment]:
+        """Chunk-relative segments (with their words, once timed) on the file's time line."""
+        def words(segment: TimedSegment) -> tuple[Word, ...]:
+            return tuple(Word(w.word, round(chunk.to_file_s(w.start), 3), round(chunk.to_file_s(w.end, is_end=True), 3),
+                              w.probability) for w in segment.words)
+        return [Segment(round(chunk.to_file_s(s.start), 3), round(chunk.to_file_s(max(s.start, s.end), is_end=True), 3),
+                        self.tokenizer.decode(s.text_tokens).strip(), None if s.words is None else words(s))
+                for s in segments]
+
+    def _align_pending(self) -> None:
+        """Time the words of the chunks waiting for it, in one batched decoder pass.
+
+        NOTE: openai-whisper carries the end of the last speech from window to window;
+        chunks here finish in any order, so each starts as if speech was last heard at its
+        own start (VAD starts a chunk just before speech, after a pause)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        timings = align(self.decoder.model, self.tokenizer, [p.inputs for p in pending])
+        for item, alignment in zip(pending, timings):
+            place_words(alignment, item.segments, 0.0)
+            raw_text, _ = item.file.chunks[item.chunk.start]
+            item.file.chunks[item.chunk.start] = (raw_text, self._file_segments(item.chunk, item.segments))
 
     def _can_split(self, job: ChunkJob) -> bool:
         return job.depth < MAX_SPLIT_DEPTH and job.chunk.num_samples >= 2 * MIN_SPLIT_S * SAMPLE_RATE

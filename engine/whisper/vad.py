@@ -110,7 +110,9 @@ def make_chunks(speech: FileSpeech, use_vad: bool = True, options: VadOptions = 
     pieces = [piece for region in regions for piece in _cut(region, energies, max_frames, min_cut)]
     chunks = []
     for frames in _pack(pieces, max_frames, round(options.max_pause_s * FRAMES_PER_SECOND)):
-        samples = tuple((s * FRAME_SAMPLES, min(e * FRAME_SAMPLES, speech.num_samples)) for s, e in frames)
+        # a piece reaching the last whole frame runs on to the file's last sample (a partial frame)
+        samples = tuple((s * FRAME_SAMPLES, speech.num_samples if e >= len(energies) else e * FRAME_SAMPLES)
+                        for s, e in frames)
         samples = tuple((s, e) for s, e in samples if e > s)
         if samples:
             chunks.append(Chunk(samples))
