@@ -60,6 +60,7 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "temperature": ((int, float, list, tuple), "a number in [0, 2] or a list of them (fallbacks)"),
         "beam_size": ((int,), "an integer from 1 (greedy) to 16 (beam search)"),
         "vad": ((bool,), "a boolean (false: cut only to fit 30 s, keep silences)"),
+        "word_timestamps": ((bool,), "a boolean (true: each segment's words with start, end and probability)"),
     },
 }
 

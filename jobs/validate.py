@@ -147,7 +147,9 @@ def _check_mode(spec: JobSpec, model: ModelRef) -> None:
         try:
             TranscribeParams(**spec.params)
         except ValueError as exc:
-            raise JobSpecError("params", str(exc)) from None
+            name = str(exc).split(" ", 1)[0]     # TranscribeParams' messages start with the field's name
+            field = f"params.{name}" if name in TranscribeParams.__dataclass_fields__ else "params"
+            raise JobSpecError(field, str(exc)) from None
 
 
 def _check_quant_check(spec: JobSpec, model: ModelRef) -> None:

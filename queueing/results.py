@@ -35,14 +35,20 @@ def _generate_columns(outputs: list) -> dict[str, pa.Array]:
 
 
 def _transcribe_columns(outputs: list, segments_type: pa.DataType) -> dict[str, pa.Array]:
-    segments = [None if out.error else [{"start": s.start, "end": s.end, "text": s.text} for s in out.segments]
-                for out in outputs]
+    segments = [None if out.error else [_segment(s) for s in out.segments] for out in outputs]
     return {
         "text": pa.array([None if out.error else out.text for out in outputs], type=pa.string()),
         "segments": pa.array(segments, type=segments_type),
         "language": pa.array([out.language for out in outputs], type=pa.string()),
+        "language_probability": pa.array([out.language_probability for out in outputs], type=pa.float64()),
         "duration_s": pa.array([out.duration_s for out in outputs], type=pa.float64()),
     }
+
+
+def _segment(segment) -> dict:
+    words = None if segment.words is None else [
+        {"word": w.word, "start": w.start, "end": w.end, "probability": w.probability} for w in segment.words]
+    return {"start": segment.start, "end": segment.end, "text": segment.text, "words": words}
 
 
 def _embed_columns(outputs: list, dim: int) -> dict[str, pa.Array]:

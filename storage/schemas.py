@@ -10,7 +10,11 @@ import numbers
 
 import pyarrow as pa
 
-SEGMENT_TYPE = pa.struct([("start", pa.float64()), ("end", pa.float64()), ("text", pa.string())])
+# A segment's words are timed only when a job asks (params.word_timestamps); else null.
+WORD_TYPE = pa.struct([("word", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
+                       ("probability", pa.float64())])
+SEGMENT_TYPE = pa.struct([("start", pa.float64()), ("end", pa.float64()), ("text", pa.string()),
+                          ("words", pa.list_(WORD_TYPE))])
 
 _RESULT_FIELDS: dict[str, list[pa.Field]] = {
     "generate": [
@@ -23,6 +27,7 @@ _RESULT_FIELDS: dict[str, list[pa.Field]] = {
         pa.field("text", pa.string()),
         pa.field("segments", pa.list_(SEGMENT_TYPE)),
         pa.field("language", pa.string()),
+        pa.field("language_probability", pa.float64()),   # when the language was detected, else null
         pa.field("duration_s", pa.float64()),
     ],
 }

@@ -35,9 +35,13 @@ def test_generate_keeps_the_id_name_and_type():
 
 def test_transcribe():
     schema = output_schema("transcribe", ID)
-    assert schema.names == ["doc_id", "text", "segments", "language", "duration_s", "error"]
+    assert schema.names == ["doc_id", "text", "segments", "language", "language_probability", "duration_s", "error"]
     segment = schema.field("segments").type.value_type
-    assert [(f.name, f.type) for f in segment] == [("start", pa.float64()), ("end", pa.float64()), ("text", pa.string())]
+    word = pa.struct([("word", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
+                      ("probability", pa.float64())])
+    assert [(f.name, f.type) for f in segment] == [("start", pa.float64()), ("end", pa.float64()),
+                                                   ("text", pa.string()), ("words", pa.list_(word))]
+    assert schema.field("language_probability").type == pa.float64()
     assert schema.field("duration_s").type == pa.float64()
 
 
