@@ -5,7 +5,6 @@ a Content-Security-Policy that allows only this server's own script and styles."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from fastapi import APIRouter, Form, Request
@@ -32,8 +31,7 @@ STATUSES = {str(s) for s in JobStatus}
 
 def templates() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
-    env.filters.update(duration=format_duration, clock=lambda t: "-" if t is None else clock(t),
-                       rate=lambda v, unit: format_rate(v, unit), tojson_compact=lambda v: json.dumps(v, sort_keys=True))
+    env.filters.update(duration=format_duration, clock=lambda t: "-" if t is None else clock(t), rate=format_rate)
     return env
 
 
