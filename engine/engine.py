@@ -12,6 +12,7 @@ from engine.embedder import Embedder
 from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, SamplingParams
 from engine.outputs import EmbeddingOutput
 from engine.params import EmbedParams
+from engine.settings import default_dtype
 from engine.quant.config import QUANTIZATIONS   # None, "fp8" (per-channel scales), "fp8-block" (128x128)
 from engine.step_stats import StepObserver
 
@@ -32,6 +33,7 @@ class Engine:
         self._embedder = embedder
         self.llm = llm           # the generate mode's engine: options, tokenizer, last_run stats
         self.transcriber = transcriber   # the transcribe mode's engine (engine.whisper.Transcriber)
+        self.device_id: str | None = None   # the worker's device slot ("cuda:3", "cpu:1"), set by the worker
 
     @classmethod
     def from_pretrained(cls, path: str | Path, mode: str = "embed", dtype: str | torch.dtype | None = None,
@@ -39,8 +41,9 @@ class Engine:
                         quantization: str | None = None, **generate_options) -> "Engine":
         """Load a Hugging Face–format folder (config.json, model.safetensors, tokenizer.json),
         or for mode="generate" also a .gguf file; for mode="transcribe" also a CTranslate2
-        folder or an openai-whisper .pt. dtype: float32 by default, but 16-bit for
-        transcription on a GPU. generate_options: see GenerateOptions; for "transcribe",
+        folder or an openai-whisper .pt. dtype: by default float32 on CPU; on a GPU the
+        checkpoint's own 16-bit type (engine.settings.default_dtype), fp16 for
+        transcription. generate_options: see GenerateOptions; for "transcribe",
         max_slots and max_admit (engine.whisper.build).
 
         quantization="fp8" stores linear-layer weights in E4M3 with per-output-channel
@@ -55,7 +58,7 @@ class Engine:
             keep_freed_memory()     # steps allocate tens of MB each: reuse it, not page-fault it
         if mode == "transcribe":
             return cls._load_transcriber(path, dtype, device, quantization, generate_options)
-        dtype = "float32" if dtype is None else dtype
+        dtype = default_dtype(path, resolve_device(device)) if dtype is None else dtype
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"unsupported quantization {quantization!r}; expected one of {QUANTIZATIONS}")
         if mode == "generate":
@@ -104,8 +107,12 @@ class Engine:
         quantization (None, "fp8", "fp8-block"), then the mode's limits —
         generate: max_num_seqs, max_num_batched_tokens, max_model_len, block_size,
         num_kv_blocks, enable_prefix_caching; embed: max_batch_tokens, max_seq_length;
-        transcribe: max_slots, max_admit."""
-        return {"mode": self.mode, **self._mode_engine.settings}
+        transcribe: max_slots, max_admit. A worker's engine also has device_id, the
+        device slot its process serves ("cuda:3", "cpu:1"; queueing.devices)."""
+        settings = {"mode": self.mode, **self._mode_engine.settings}
+        if self.device_id is not None:
+            settings["device_id"] = self.device_id
+        return settings
 
     def add_step_observer(self, observer: StepObserver) -> None:
         """Call `observer(StepStats)` after each step is scheduled — generate: a scheduler

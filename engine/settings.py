@@ -1,8 +1,12 @@
 """model_settings: what a loaded model runs on — dtype, device, quantization — read from
 the model itself, so a pre-quantized checkpoint reports FP8 whatever was asked for.
-Each mode engine adds its own limits to these (Engine.settings)."""
+Each mode engine adds its own limits to these (Engine.settings). default_dtype: what a
+model loads in when the caller names no dtype."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -29,3 +33,27 @@ def quantization_of(model: nn.Module) -> str | None:
     if not layers:
         return None
     return "fp8" if all(layer.is_per_channel for layer in layers) else "fp8-block"
+
+
+def default_dtype(path: str | Path, device: torch.device) -> str:
+    """float32 on CPU. On a GPU the checkpoint's own 16-bit type (config.json's
+    torch_dtype, or dtype as transformers 5 writes it), as vLLM's dtype="auto"; a float32
+    (or unnamed) checkpoint is served in bfloat16 where the GPU has it, else float16.
+    fp32 on a GPU only when asked for."""
+    if device.type != "cuda":
+        return "float32"
+    declared = checkpoint_dtype(path)
+    if declared in ("bfloat16", "float16"):
+        return declared
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+
+def checkpoint_dtype(path: str | Path) -> str | None:
+    """The dtype a model folder's config.json declares; None for a file (GGUF) or none named."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return None
+    with open(config, encoding="utf-8") as f:
+        hf = json.load(f)
+    declared = hf.get("torch_dtype") or hf.get("dtype") or (hf.get("text_config") or {}).get("torch_dtype")
+    return str(declared).removeprefix("torch.") if declared else None

@@ -119,7 +119,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="registered name, folder or Hub id (repeatable)")
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--metrics-port", type=int, metavar="PORT",
-                        help="serve Prometheus metrics on this port (default BARGE_METRICS_PORT; 0: off)")
+                        help="serve Prometheus metrics on this port (default BARGE_METRICS_PORT; 0: off); "
+                             "with several devices, engine process i serves PORT + i")
+    worker.add_argument("--devices", metavar="DEVICES",
+                        help="one engine process per entry: all, GPU indices (0,1,3; 0,0 shares one GPU), cpu or "
+                             "cpu:N (default BARGE_DEVICES, else every visible GPU, else the CPU)")
     worker.set_defaults(func=_worker)
 
     add_webhook_commands(commands)
@@ -263,8 +267,8 @@ def _jobs(args) -> int:
 
 
 def _worker(args) -> int:
-    from queueing.serve import serve
-    return serve(args.model, loglevel=args.loglevel, metrics_port=args.metrics_port)
+    from queueing.supervisor import run_worker
+    return run_worker(args.model, devices=args.devices, loglevel=args.loglevel, metrics_port=args.metrics_port)
 
 
 def _demo(args) -> int:

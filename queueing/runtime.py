@@ -17,6 +17,7 @@ from jobs.models import ModelRef, resolve_model
 from jobs.records import JobRecord
 from jobs.settings import Settings
 from jobs.store import Store
+from queueing.devices import DeviceSlot
 from queueing.metrics import WorkerMetrics
 from queueing.routing import model_queue, queue_name
 from queueing.usage import engine_settings
@@ -74,10 +75,10 @@ class Runtime:
     models: dict[str, ModelRef] = field(default_factory=dict)      # model key -> ref
     engines: dict[EngineKey, object] = field(default_factory=dict)   # (model key, mode, quantization) -> Engine
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
-    _engine_settings: dict[EngineKey, dict] = field(default_factory=dict)   # engine key -> settings
     drain_deadline: float | None = None    # set on SIGTERM: monotonic time the current shard must end by
     pipeline: object | None = None         # queueing.pipeline.ShardPipeline when pipeline_depth > 0
     deliveries: object | None = None       # queueing.delivery_pool.DeliveryPool of the worker's Dispatcher
+    device: DeviceSlot | None = None       # the slot this process serves (queueing.devices); None: engine default
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def engine_for(self, model_key: str, mode: str, quantization: str | None = None):
@@ -126,14 +127,18 @@ class Runtime:
         options = {}
         if mode == "generate" and self.options.kv_cache_fraction is not None:
             options["kv_cache_memory_fraction"] = self.options.kv_cache_fraction
-        return Engine.from_pretrained(ref.path, mode=mode, quantization=quantization, **options)
+        if self.device is not None:
+            options["device"] = self.device.torch_device
+        engine = Engine.from_pretrained(ref.path, mode=mode, quantization=quantization, **options)
+        if self.device is not None:
+            engine.device_id = self.device.label
+        return engine
 
     def engine_settings(self, model_key: str, mode: str, quantization: str | None = None) -> dict:
-        """The settings of the engine serving this key, as recorded with each commit."""
-        key = (model_key, mode, quantization)
-        if key not in self._engine_settings:
-            self._engine_settings[key] = engine_settings(self.engine_for(*key), model_key)
-        return self._engine_settings[key]
+        """The settings of the engine serving this key, as recorded with each commit: read
+        afresh each time, since an engine lowers its batch budget after an out-of-memory
+        error (engine.oom) and the shards it commits after that record the lower one."""
+        return engine_settings(self.engine_for(model_key, mode, quantization), model_key)
 
     def send(self, task_name: str, args: list, queue: str, *, priority: int | None = None,
              countdown: float | None = None) -> None:

@@ -19,6 +19,7 @@ from jobs.models import model_mode, resolve_model
 from jobs.settings import Settings
 from jobs.store import Store
 from queueing.app import create_app
+from queueing.devices import DeviceSlot
 from queueing.dispatch import Dispatcher
 from queueing.fs_transport import bad_message_count
 from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
@@ -33,12 +34,13 @@ log = logging.getLogger("barge.worker")
 
 
 def serve(models: list[str], *, settings: Settings | None = None, loglevel: str = "INFO",
-          preload: bool = True, metrics_port: int | None = None) -> int:
+          preload: bool = True, metrics_port: int | None = None, device: DeviceSlot | None = None) -> int:
     """Serve until stopped; returns the process's exit status: 0 only after a drain
     (SIGTERM or SIGINT), else non-zero, with the reason on the last log line. No message
     content ends it: an unreadable message is set aside (queueing.fs_transport) or, on
     RabbitMQ and Redis, logged and dropped by Celery, and its work re-sent by a
-    housekeeper. `metrics_port` overrides BARGE_METRICS_PORT; 0 turns the metrics server off."""
+    housekeeper. `metrics_port` overrides BARGE_METRICS_PORT; 0 turns the metrics server off.
+    `device`: the slot this process serves (queueing.devices); None: the engine's default."""
     configure_logging(loglevel)
     settings = settings or Settings.from_env()
     store = Store(settings.database_url)
@@ -48,7 +50,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     if metrics_port is not None:
         options = replace(options, metrics_port=metrics_port)
     runtime = Runtime(settings=settings, store=store, app=app, options=options,
-                      metrics=WorkerMetrics(store.shard_counts_by_model))
+                      metrics=WorkerMetrics(store.shard_counts_by_model), device=device)
     for name in models:
         ref = resolve_model(name)
         runtime.models[ref.key] = ref
@@ -77,7 +79,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     try:
         # app.start, not app.worker_main, which drops Celery's exit status.
         status = app.start(["worker", "--pool=solo", "--queues", ",".join(queues),
-                            "--hostname", f"barge-{os.getpid()}@{socket.gethostname()}",
+                            "--hostname", f"barge-{_slot_suffix(device)}{os.getpid()}@{socket.gethostname()}",
                             "--without-mingle", "--without-gossip", "--loglevel", loglevel]) or 0
         was_draining = runtime.drain_deadline is not None
     finally:
@@ -88,6 +90,11 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
             thread.stop()
         runtime.metrics.close()
     return _exit_status(status, was_draining)
+
+
+def _slot_suffix(device: DeviceSlot | None) -> str:
+    """"cuda3-" or "cpu1-" in the Celery hostname: one engine process per device slot."""
+    return "" if device is None else f"{device.kind}{device.index}-"
 
 
 def _exit_status(celery_status: int, was_draining: bool) -> int:
