@@ -17,6 +17,7 @@ from engine.layers import linear
 from engine.layers.packed_linear import pack_linears
 from engine.loader.safetensors import assign_weights, read_weights, weight_files
 from engine.models.families import MODEL_TYPES
+from engine.oom import OOM_ROW_ERROR, OomGuard
 from engine.outputs import EmbeddingOutput
 from engine.params import EmbedParams
 from engine.quant.checkpoint import load_fp8_state
@@ -43,6 +44,7 @@ class Embedder:
         self.device = device
         self.max_batch_tokens = max_batch_tokens
         self.step_observers: list[StepObserver] = []     # called with each forward batch's StepStats
+        self.oom_guard = OomGuard.from_env()              # out-of-memory errors survived (engine.oom)
         self._tokenize_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="barge-tokenize")
 
     @classmethod
@@ -72,8 +74,11 @@ class Embedder:
 
     @property
     def settings(self) -> dict:
-        return {**model_settings(self.model), "max_batch_tokens": self.max_batch_tokens,
-                "max_seq_length": self.config.max_seq_length}
+        settings = {**model_settings(self.model), "max_batch_tokens": self.max_batch_tokens,
+                    "max_seq_length": self.config.max_seq_length}
+        if self.oom_guard.num_ooms:   # the budget above is the lowered one
+            settings["num_oom_retries"] = self.oom_guard.num_ooms
+        return settings
 
     def embed(self, texts: list, params: EmbedParams) -> np.ndarray:
         """[len(texts), dimensions or embedding_dim] of params.output_dtype; raises on the first bad row."""
@@ -110,9 +115,10 @@ class Embedder:
                     outputs[row] = EmbeddingOutput(None, len(ids), error)
                 else:
                     accepted.append((row, ids))
-            vectors = self._embed_token_ids([ids for _, ids in accepted], params)
-            for (row, ids), vector in zip(accepted, vectors):
-                outputs[row] = EmbeddingOutput(vector, len(ids))
+            vectors, errors = self._embed_token_ids([ids for _, ids in accepted], params)
+            for index, ((row, ids), vector) in enumerate(zip(accepted, vectors)):
+                outputs[row] = EmbeddingOutput(None, len(ids), errors[index]) if index in errors else \
+                    EmbeddingOutput(vector, len(ids))
         return outputs
 
     def _tokenized_chunks(self, texts: list, rows: list[int], prompt: str,
@@ -138,17 +144,44 @@ class Embedder:
         return None
 
     @torch.inference_mode()
-    def _embed_token_ids(self, token_ids: list[list[int]], params: EmbedParams) -> np.ndarray:
+    def _embed_token_ids(self, token_ids: list[list[int]], params: EmbedParams) -> tuple[np.ndarray, dict[int, str]]:
+        """The vectors of token_ids, and the rows that ran out of memory alone (row -> error).
+        A batch that runs out of memory is split under a halved budget and run again (engine.oom)."""
         vectors = np.empty((len(token_ids), params.dimensions or self.embedding_dim), dtype=params.numpy_dtype)
-        for rows in plan_batches([len(ids) for ids in token_ids], self.max_batch_tokens):
-            batch = pack(token_ids, rows).to(self.device)
-            if self.step_observers:
-                notify(self.step_observers, StepStats(num_seqs=len(rows), num_tokens=batch.num_tokens,
-                                                      max_num_seqs=None, max_num_tokens=self.max_batch_tokens))
-            hidden = self.model(batch)
-            pooled = finish(pool(hidden, batch.seq_lens, self.config.pooling), params.dimensions, params.normalize)
-            vectors[rows] = pooled.cpu().numpy()
-        return vectors
+        errors: dict[int, str] = {}
+        lengths = [len(ids) for ids in token_ids]
+        pending = plan_batches(lengths, self.max_batch_tokens)
+        while pending:
+            rows = pending.pop(0)
+            try:
+                vectors[rows] = self._forward(token_ids, rows, params)
+            except torch.OutOfMemoryError as error:
+                pending[:0] = self._after_oom(error, rows, lengths, errors)
+        return vectors, errors
+
+    def _forward(self, token_ids: list[list[int]], rows: list[int], params: EmbedParams) -> np.ndarray:
+        batch = pack(token_ids, rows).to(self.device)
+        if self.step_observers:
+            notify(self.step_observers, StepStats(num_seqs=len(rows), num_tokens=batch.num_tokens,
+                                                  max_num_seqs=None, max_num_tokens=self.max_batch_tokens))
+        self.oom_guard.check(batch.num_tokens)
+        hidden = self.model(batch)
+        pooled = finish(pool(hidden, batch.seq_lens, self.config.pooling), params.dimensions, params.normalize)
+        return pooled.cpu().numpy()
+
+    def _after_oom(self, error: BaseException, rows: list[int], lengths: list[int],
+                   errors: dict[int, str]) -> list[list[int]]:
+        """The batches to run in place of `rows`: split under a lower budget; a row alone
+        becomes an error row."""
+        if len(rows) == 1:
+            errors[rows[0]] = f"{OOM_ROW_ERROR} ({lengths[rows[0]]} tokens)"
+            self.oom_guard.record(error, self.device, f"row of {lengths[rows[0]]} tokens made an error row")
+            return []
+        batch_tokens = sum(lengths[row] for row in rows)
+        self.max_batch_tokens = max(1, min(self.max_batch_tokens, batch_tokens) // 2)
+        self.oom_guard.record(error, self.device, f"max_batch_tokens lowered to {self.max_batch_tokens}")
+        sub_lengths = [lengths[row] for row in rows]
+        return [[rows[i] for i in part] for part in plan_batches(sub_lengths, self.max_batch_tokens)]
 
 
 def text_error(text: object) -> str | None:

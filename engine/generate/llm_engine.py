@@ -29,6 +29,7 @@ from engine.generate.scheduler import Scheduler, SchedulerConfig, SchedulerOutpu
 from engine.generate.tokenizer import TextTokenizer
 from engine.layers.packed_linear import pack_linears
 from engine.models.llama import LlamaForCausalLM
+from engine.oom import OomGuard, recover_generate_step
 from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
 
@@ -81,6 +82,7 @@ class LLMEngine:
         self._next_request_id = 0
         self._grammars: GrammarCache | None = None      # built with the first structured request
         self._num_forced_since_step = 0                 # jump-forward tokens the next step computes
+        self.oom_guard = OomGuard.from_env()            # out-of-memory errors survived (engine.oom)
 
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype, device: torch.device,
@@ -98,7 +100,8 @@ class LLMEngine:
         return {**model_settings(self.runner.model), "max_num_seqs": scheduler.max_num_seqs,
                 "max_num_batched_tokens": scheduler.max_num_batched_tokens, "max_model_len": self.max_model_len,
                 "block_size": blocks.block_size, "num_kv_blocks": blocks.num_blocks,
-                "enable_prefix_caching": blocks.enable_prefix_caching}
+                "enable_prefix_caching": blocks.enable_prefix_caching,
+                **({"num_oom_retries": self.oom_guard.num_ooms} if self.oom_guard.num_ooms else {})}
 
     def generate(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
                  ) -> list[GenerationOutput]:
@@ -154,7 +157,11 @@ class LLMEngine:
             return failed
         if self.step_observers:
             notify(self.step_observers, self._step_stats(scheduler_output))
-        runner_output = self.runner.execute(scheduler_output)
+        try:
+            self.oom_guard.check(scheduler_output.total_num_scheduled_tokens)
+            runner_output = self.runner.execute(scheduler_output)
+        except torch.OutOfMemoryError as error:   # run again under lower budgets (engine.oom)
+            return failed + recover_generate_step(self, scheduler_output, error)
         self._record_logprobs(scheduler_output, runner_output)
         finished = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
         finished += self._apply_stop_strings(scheduler_output, runner_output)
