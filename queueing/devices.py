@@ -37,7 +37,8 @@ class DeviceSlot:
         visible (a CPU process sees none, so nothing in it can reach for a GPU), and
         BARGE_DEVICE_SLOT tells it that it is that slot's process."""
         visible = str(self.index) if self.kind == "cuda" else ""
-        return {"CUDA_VISIBLE_DEVICES": visible, SLOT_VARIABLE: self.label}
+        # PCI order: CUDA numbers GPUs as nvidia-smi and NVML do (its default is fastest first).
+        return {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", SLOT_VARIABLE: self.label}
 
     @property
     def torch_device(self) -> str:

@@ -28,10 +28,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
     from engine import Engine, StepStats
+    from queueing.device_telemetry import DeviceTelemetry
     from queueing.usage import ShardUsage
 
 log = logging.getLogger("barge.metrics")
@@ -65,6 +66,8 @@ class WorkerMetrics:
         self._add_engine_metrics()
         if shard_counts is not None:
             r.register(_SqlShardCounts(shard_counts))
+        self._engines = _EngineOoms()
+        r.register(self._engines)
         self._server = None
 
     def _add_engine_metrics(self) -> None:
@@ -97,6 +100,11 @@ class WorkerMetrics:
     def observe_engine(self, engine: "Engine", model: str, mode: str) -> None:
         """Record every step of a loaded engine under {model, mode} (model: the model key)."""
         engine.add_step_observer(_StepRecorder(self, model, mode))
+        self._engines.add(engine, model, mode)
+
+    def watch_device(self, telemetry: "DeviceTelemetry") -> None:
+        """Serve the process's device figures (queueing.device_telemetry), read per scrape."""
+        self.registry.register(_DeviceGauges(telemetry))
 
     @contextmanager
     def shard_attempt(self) -> Iterator[Callable[[str, "ShardUsage | None"], None]]:
@@ -203,3 +211,63 @@ class _SqlShardCounts:
             (pending if state == "pending" else running).add_metric([model], count)
         yield pending
         yield running
+
+
+class _EngineOoms:
+    """barge_engine_oom_retries_total {model, mode}: out-of-memory errors each loaded engine
+    survived by lowering its budget (engine.oom), read from the engines per scrape."""
+
+    def __init__(self):
+        self._engines: list[tuple[object, str, str]] = []
+
+    def add(self, engine, model: str, mode: str) -> None:
+        self._engines.append((engine, model, mode))
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        family = CounterMetricFamily("barge_engine_oom_retries", "Out-of-memory errors in an engine step, each "
+                                     "survived by lowering the engine's batch budget and running the rows again "
+                                     "(the lowered budget: barge_batch_max_tokens).", labels=["model", "mode"])
+        for engine, model, mode in list(self._engines):
+            settings = getattr(engine, "settings", None) or {}   # a step-observed stand-in may have none
+            family.add_metric([model, mode], settings.get("num_oom_retries", 0))
+        yield family
+
+
+# NVML figure -> (metric name, help)
+_DEVICE_GAUGES = {
+    "utilization": ("barge_device_utilization_ratio", "Device busy share (GPU: NVML utilization; CPU: the "
+                    "machine's CPU utilization)."),
+    "memory_used_bytes": ("barge_device_memory_used_bytes", "Device memory used (GPU: by every process on it; "
+                          "CPU: this process's resident memory)."),
+    "memory_total_bytes": ("barge_device_memory_total_bytes", "Device memory in all."),
+    "power_watts": ("barge_device_power_watts", "Device power draw (GPU only)."),
+    "temperature_celsius": ("barge_device_temperature_celsius", "Device temperature (GPU only)."),
+}
+
+
+class _DeviceGauges:
+    """The engine process's device figures {device, name}; a figure the device does not
+    report (a CPU's power) is left out, not 0."""
+
+    def __init__(self, telemetry: "DeviceTelemetry"):
+        self.telemetry = telemetry
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        try:
+            figures = self.telemetry.read()
+        except Exception:   # never break the scrape of the other metrics
+            log.warning("reading device figures failed", exc_info=True)
+            return
+        for field, (name, help_text) in _DEVICE_GAUGES.items():
+            value = getattr(figures, field)
+            if value is None:
+                continue
+            family = GaugeMetricFamily(name, help_text, labels=["device", "name"])
+            family.add_metric([figures.device, figures.name], value)
+            yield family

@@ -19,6 +19,7 @@ from jobs.models import model_mode, resolve_model
 from jobs.settings import Settings
 from jobs.store import Store
 from queueing.app import create_app
+from queueing.device_telemetry import DeviceTelemetry
 from queueing.devices import DeviceSlot
 from queueing.dispatch import Dispatcher
 from queueing.fs_transport import bad_message_count
@@ -73,6 +74,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
         thread.start()
     if settings.is_embedded_broker:
         runtime.metrics.watch_bad_messages(lambda: bad_message_count(settings.broker_dir / "queue"))
+    runtime.metrics.watch_device(DeviceTelemetry(device or DeviceSlot("cpu", 0)))
     if options.metrics_port:
         runtime.metrics.serve(options.metrics_port, options.metrics_addr)
     was_draining = False

@@ -36,8 +36,10 @@ def test_a_bad_devices_value_is_refused_naming_it(text, num_gpus, message):
 
 
 def test_a_gpu_process_sees_only_its_gpu_and_a_cpu_process_none():
-    assert DeviceSlot("cuda", 3).child_env() == {"CUDA_VISIBLE_DEVICES": "3", "BARGE_DEVICE_SLOT": "cuda:3"}
-    assert DeviceSlot("cpu", 1).child_env() == {"CUDA_VISIBLE_DEVICES": "", "BARGE_DEVICE_SLOT": "cpu:1"}
+    assert DeviceSlot("cuda", 3).child_env() == {"CUDA_VISIBLE_DEVICES": "3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                                 "BARGE_DEVICE_SLOT": "cuda:3"}
+    assert DeviceSlot("cpu", 1).child_env() == {"CUDA_VISIBLE_DEVICES": "", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                                "BARGE_DEVICE_SLOT": "cpu:1"}
     assert DeviceSlot("cuda", 3).torch_device == "cuda:0"   # pinned: its one visible GPU
     assert DeviceSlot("cpu", 1).torch_device == "cpu"
 
