@@ -29,6 +29,7 @@ ENDPOINTS = (CHAT, COMPLETIONS, EMBEDDINGS)
 ENDPOINT_MODES = {CHAT: "generate", COMPLETIONS: "generate", EMBEDDINGS: "embed"}
 
 MAX_REQUESTS = 50_000          # lines per file, as OpenAI
+MAX_TOP_LOGPROBS = {"/v1/chat/completions": 20, "/v1/completions": 5}   # as OpenAI
 MAX_EMBEDDING_INPUTS = 50_000  # inputs over all lines of an embeddings batch, as OpenAI
 DEFAULT_MAX_TOKENS = 1024      # OpenAI's default is "until the context is full"; a batch needs a bound
 ROLES = ("system", "developer", "user", "assistant")
@@ -38,8 +39,9 @@ PARAMS_COLUMN = "params"       # a generate batch's input column of per-row para
 # name rather than ignored (a silently ignored `logprobs` would be a wrong answer).
 SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n")
 ACCEPTED_FIELDS = {
-    CHAT: {"model", "messages", "user", "store", "stream", "response_format", *SAMPLING_FIELDS},
-    COMPLETIONS: {"model", "prompt", "user", "stream", *SAMPLING_FIELDS},
+    CHAT: {"model", "messages", "user", "store", "stream", "response_format", "logprobs", "top_logprobs",
+           *SAMPLING_FIELDS},
+    COMPLETIONS: {"model", "prompt", "user", "stream", "logprobs", *SAMPLING_FIELDS},
     EMBEDDINGS: {"model", "input", "dimensions", "encoding_format", "user"},
 }
 
@@ -69,7 +71,7 @@ class BatchRequests:
     row_lines: list[int] = field(default_factory=list)        # row -> line index (0-based)
     row_items: list[int] = field(default_factory=list)        # row -> position in its line's input list
     row_inputs: list = field(default_factory=list)            # row -> prompt text, messages, or text to embed
-    row_params: list[str] = field(default_factory=list)       # row -> its line's sampling params as JSON (generate)
+    row_params: list[dict] = field(default_factory=list)      # row -> its line's sampling params (generate)
 
     @property
     def num_lines(self) -> int:
@@ -115,6 +117,15 @@ def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str]) -> Bat
     if endpoint == EMBEDDINGS and len(batch.row_inputs) > MAX_EMBEDDING_INPUTS:
         return [LineError("too_many_inputs", f"the batch has {len(batch.row_inputs)} embedding inputs; at most "
                                              f"{MAX_EMBEDDING_INPUTS}")]
+    return _with_logprobs_column(batch)
+
+
+def _with_logprobs_column(batch: BatchRequests) -> BatchRequests:
+    """A job's output has a logprobs column only when its params ask (storage.schemas): when
+    any line does, the job asks with N = 0 and every row says for itself (null: not this one)."""
+    if any(params.get("logprobs") is not None for params in batch.row_params):
+        batch.params = {**batch.params, "logprobs": 0}
+        batch.row_params = [{"logprobs": None, **params} for params in batch.row_params]
     return batch
 
 
@@ -168,7 +179,7 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
         batch.row_items.append(item)
         batch.row_inputs.append(value)
         if endpoint != EMBEDDINGS:
-            batch.row_params.append(json.dumps(params, ensure_ascii=False))
+            batch.row_params.append(params)
     return batch
 
 
@@ -196,10 +207,10 @@ def _job_params(body: dict, endpoint: str) -> dict:
         if body.get("encoding_format", "float") not in ("float", "base64"):
             raise _Refused("invalid_value", "encoding_format must be \"float\" or \"base64\"", "body.encoding_format")
         return {"dimensions": dimensions} if dimensions is not None else {}
-    return _sampling_params(body)
+    return _sampling_params(body, endpoint)
 
 
-def _sampling_params(body: dict) -> dict:
+def _sampling_params(body: dict, endpoint: str) -> dict:
     if body.get("stream"):
         raise _Refused("invalid_value", "stream is not supported in a batch", "body.stream")
     if body.get("n", 1) != 1:
@@ -218,7 +229,34 @@ def _sampling_params(body: dict) -> dict:
         raise _Refused("invalid_value", str(error), "body.response_format")
     if structured is not None:
         params["structured"] = structured
+    num_top = _logprobs(body, endpoint)
+    if num_top is not None:
+        params["logprobs"] = num_top
     return params
+
+
+def _logprobs(body: dict, endpoint: str) -> int | None:
+    """The engine's `logprobs` (alternatives per token) a line asks for, or None.
+    Chat: `logprobs` true, with `top_logprobs` 0..20; completions: `logprobs` 0..5."""
+    maximum = MAX_TOP_LOGPROBS[endpoint]
+    if endpoint == CHAT:
+        asked, num_top = body.get("logprobs"), body.get("top_logprobs")
+        if asked is not None and not isinstance(asked, bool):
+            raise _Refused("invalid_value", f"logprobs must be a boolean, got {asked!r}", "body.logprobs")
+        if num_top is not None and not asked:
+            raise _Refused("invalid_value", "top_logprobs needs logprobs set to true", "body.top_logprobs")
+        if not asked:
+            return None
+        param = "body.top_logprobs"
+    else:
+        num_top, param = body.get("logprobs"), "body.logprobs"
+        if num_top is None:
+            return None
+    num_top = 0 if num_top is None else num_top
+    if isinstance(num_top, bool) or not isinstance(num_top, int) or not 0 <= num_top <= maximum:
+        raise _Refused("invalid_value", f"{param.removeprefix('body.')} must be an integer from 0 to {maximum}, got "
+                                        f"{num_top!r}", param)
+    return num_top
 
 
 def _check_sampling(params: dict) -> None:

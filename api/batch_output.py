@@ -99,15 +99,43 @@ def _body(endpoint: str, model: str, results: list[dict], encoding: str) -> dict
     if endpoint == CHAT:
         result = results[0]
         choice = {"index": 0, "message": {"role": "assistant", "content": result["text"], "refusal": None},
-                  "logprobs": None, "finish_reason": result["finish_reason"]}
+                  "logprobs": _chat_logprobs(result.get("logprobs")), "finish_reason": result["finish_reason"]}
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created,
                 "model": model, "choices": [choice], "usage": usage, "system_fingerprint": None}
     if endpoint == COMPLETIONS:
-        choices = [{"index": index, "text": result["text"], "logprobs": None, "finish_reason": result["finish_reason"]}
-                   for index, result in enumerate(results)]
+        choices = [{"index": index, "text": result["text"], "logprobs": _completion_logprobs(result.get("logprobs")),
+                    "finish_reason": result["finish_reason"]} for index, result in enumerate(results)]
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": created, "model": model,
                 "choices": choices, "usage": usage, "system_fingerprint": None}
     raise ValueError(f"no output shape for endpoint {endpoint!r}")
+
+
+def _token_text(token: bytes) -> str:
+    # A token may be part of a UTF-8 character: its text then holds U+FFFD, its `bytes` the truth.
+    return token.decode("utf-8", errors="replace")
+
+
+def _chat_logprobs(tokens: list[dict] | None) -> dict | None:
+    """The job's logprobs column (storage.schemas) as chat's choices[].logprobs."""
+    if tokens is None:
+        return None
+
+    def entry(token: dict) -> dict:
+        return {"token": _token_text(token["token"]), "logprob": token["logprob"], "bytes": list(token["token"])}
+
+    return {"content": [{**entry(token), "top_logprobs": [entry(top) for top in token["top_logprobs"]]}
+                        for token in tokens], "refusal": None}
+
+
+def _completion_logprobs(tokens: list[dict] | None) -> dict | None:
+    """The same as /v1/completions answers it: parallel lists, text offsets in characters."""
+    if tokens is None:
+        return None
+    texts = [_token_text(token["token"]) for token in tokens]
+    offsets = [sum(len(text) for text in texts[:index]) for index in range(len(texts))]
+    return {"tokens": texts, "token_logprobs": [token["logprob"] for token in tokens],
+            "top_logprobs": [{_token_text(top["token"]): top["logprob"] for top in token["top_logprobs"]}
+                             for token in tokens], "text_offset": offsets}
 
 
 def _embeddings_body(model: str, results: list[dict], encoding: str) -> dict:

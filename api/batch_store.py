@@ -12,6 +12,8 @@ generate job renders with the model's chat template (jobs.chat).
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -39,7 +41,8 @@ def write_requests(folder: str, batch: BatchRequests) -> str:
         "input": pa.array(batch.row_inputs, input_type),
     }
     if batch.endpoint != EMBEDDINGS:
-        columns[PARAMS_COLUMN] = pa.array(batch.row_params, pa.string())
+        columns[PARAMS_COLUMN] = pa.array([json.dumps(params, ensure_ascii=False) for params in batch.row_params],
+                                          pa.string())
     table = pa.table(columns)
     write_bytes_atomic(folder, REQUESTS_NAME, table_to_parquet_bytes(table))
     return join(folder, REQUESTS_NAME)

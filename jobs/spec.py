@@ -43,6 +43,8 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "stop": ((list, tuple), "a list of strings"),
         "stop_token_ids": ((list, tuple), "a list of token ids"),
         "ignore_eos": ((bool,), "a boolean"),
+        # per generated token its log-probability and the N likeliest (an output column, storage.schemas)
+        "logprobs": ((int, type(None)), "an integer N >= 0 (the N likeliest alternatives too), or null"),
         # engine.generate.structured: every row's text follows it; checked at submit (jobs.validate)
         "structured": ((dict, type(None)), "a dict with one of json_schema, json_object, regex, choice, grammar; or null"),
         # jobs.chat: strings become a user message (after system_prompt), rendered with the

@@ -63,7 +63,8 @@ def check_job(spec: JobSpec) -> CheckedJob:
     dimensions = _dimensions(spec, model)
     try:
         embedding_dtype = {"embedding_dtype": spec.params.get("output_dtype", "float32")} if spec.mode == "embed" else {}
-        schema = output_schema(spec.mode, id_field, dimensions=dimensions, **embedding_dtype)
+        logprobs = {"logprobs": spec.params.get("logprobs") is not None} if spec.mode == "generate" else {}
+        schema = output_schema(spec.mode, id_field, dimensions=dimensions, **embedding_dtype, **logprobs)
     except ValueError as exc:
         raise JobSpecError("id_column", str(exc)) from None
     return CheckedJob(model=model, input=info, output_schema=_with_carried(schema, spec, info))

@@ -17,6 +17,8 @@ def build_table(mode: str, ids: pa.Array, outputs: list, *, id_column: str | Non
         columns = _embed_columns(outputs, schema.field("embedding").type.list_size)
     elif mode == "generate":
         columns = _generate_columns(outputs)
+        if "logprobs" in schema.names:
+            columns["logprobs"] = _logprobs_column(outputs, schema.field("logprobs").type)
     elif mode == "transcribe":
         columns = _transcribe_columns(outputs, schema.field("segments").type)
     else:
@@ -32,6 +34,16 @@ def _generate_columns(outputs: list) -> dict[str, pa.Array]:
         "num_prompt_tokens": pa.array([out.num_prompt_tokens for out in outputs], type=pa.int32()),
         "num_output_tokens": pa.array([out.num_output_tokens for out in outputs], type=pa.int32()),
     }
+
+
+def _logprobs_column(outputs: list, logprobs_type: pa.DataType) -> pa.Array:
+    def entry(token) -> dict:
+        return {"token_id": token.token_id, "token": token.token, "logprob": token.logprob}
+
+    values = [None if getattr(out, "token_logprobs", None) is None else
+              [{**entry(token), "top_logprobs": [entry(top) for top in token.top_logprobs]}
+               for token in out.token_logprobs] for out in outputs]
+    return pa.array(values, type=logprobs_type)
 
 
 def _transcribe_columns(outputs: list, segments_type: pa.DataType) -> dict[str, pa.Array]:

@@ -34,19 +34,31 @@ _RESULT_FIELDS: dict[str, list[pa.Field]] = {
 
 MODES = ("embed", "generate", "transcribe")
 
+# A generate job that asks for logprobs (params.logprobs) gets one more column: per generated
+# token its id, bytes (a piece of UTF-8, maybe not a whole character) and log-probability,
+# with the `logprobs` likeliest alternatives; null for a row that did not ask.
+TOP_LOGPROB_TYPE = pa.struct([("token_id", pa.int32()), ("token", pa.binary()), ("logprob", pa.float64())])
+LOGPROBS_FIELD = pa.field("logprobs", pa.list_(pa.struct([
+    ("token_id", pa.int32()), ("token", pa.binary()), ("logprob", pa.float64()),
+    ("top_logprobs", pa.list_(TOP_LOGPROB_TYPE))])))
+
 
 EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
 
 
 def output_schema(mode: str, id_field: pa.Field, *, dimensions: int | None = None,
-                  embedding_dtype: str = "float32") -> pa.Schema:
+                  embedding_dtype: str = "float32", logprobs: bool = False) -> pa.Schema:
     """The schema of every part file of a job in `mode`.
 
     `id_field` is the input's id column (name and type are kept). `dimensions`
     is required for "embed": the length of each embedding vector, whose values are
-    `embedding_dtype` ("float32" or "float16").
+    `embedding_dtype` ("float32" or "float16"). `logprobs` adds LOGPROBS_FIELD to "generate".
     """
     result_fields = _result_fields(mode, dimensions, embedding_dtype)
+    if logprobs:
+        if mode != "generate":
+            raise ValueError(f"logprobs applies only to generate, not to {mode!r}")
+        result_fields.append(LOGPROBS_FIELD)
     fields = [id_field.remove_metadata(), *result_fields, pa.field("error", pa.string())]
     taken = {field.name for field in fields[1:]}
     if id_field.name in taken:

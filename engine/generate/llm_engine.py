@@ -26,6 +26,7 @@ from engine.generate.request import Request, RequestStatus
 from engine.generate.runner import ModelRunner, ModelRunnerOutput
 from engine.generate.sampling_params import SamplingParams
 from engine.generate.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.generate.token_logprobs import TokenPieces, token_logprobs
 from engine.generate.tokenizer import TextTokenizer
 from engine.layers.packed_linear import pack_linears
 from engine.models.llama import LlamaForCausalLM
@@ -77,6 +78,7 @@ class LLMEngine:
         if options.seed is not None:
             self.runner.sampler.generator.manual_seed(options.seed)
         self.eos_token_ids = frozenset(config.eos_token_ids) | _token_set(tokenizer.token_id(tokenizer.eos_token))
+        self.token_pieces = TokenPieces(tokenizer, config.vocab_size, self.eos_token_ids)   # built when first asked
         self.last_run = RunStats()
         self.step_observers: list[StepObserver] = []     # called with each step's StepStats
         self._next_request_id = 0
@@ -301,7 +303,16 @@ class LLMEngine:
             token_ids=request.output_token_ids, text=text, finish_reason=request.status.finish_reason,
             num_prompt_tokens=request.num_prompt_tokens, num_cached_tokens=request.num_cached_tokens,
             logprobs=request.logprobs if params.logprobs is not None else None,
-            prompt_logprobs=request.prompt_logprobs if params.prompt_logprobs is not None else None)
+            prompt_logprobs=request.prompt_logprobs if params.prompt_logprobs is not None else None,
+            token_logprobs=self._token_logprobs(request))
+
+    def _token_logprobs(self, request: Request) -> list | None:
+        params = request.params
+        if params.logprobs is None:
+            return None
+        ending = (self.eos_token_ids | frozenset(params.stop_token_ids)
+                  if request.status.finish_reason == "stop" and not params.ignore_eos else frozenset())
+        return token_logprobs(request.logprobs, request.output_token_ids, params.logprobs, self.token_pieces, ending)
 
 
 def _token_set(token_id: int | None) -> frozenset[int]:

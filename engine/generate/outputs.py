@@ -6,6 +6,16 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token with its log-probability, as OpenAI's logprobs report it."""
+
+    token_id: int
+    token: bytes                            # the token's bytes (a piece of UTF-8 text, maybe not whole)
+    logprob: float
+    top_logprobs: tuple["TokenLogprob", ...] = ()   # the `logprobs` likeliest tokens, likeliest first
+
+
+@dataclass(frozen=True)
 class GenerationOutput:
     token_ids: list[int]                    # generated tokens (an EOS or stop token id that ended it included)
     text: str                               # their text, special tokens and any stop string left out
@@ -15,6 +25,7 @@ class GenerationOutput:
     num_cached_tokens: int = 0              # prompt tokens reused from the prefix cache
     logprobs: list[dict[int, float]] | None = None            # per generated token, when asked
     prompt_logprobs: list[dict[int, float] | None] | None = None   # per prompt token (first is None), when asked
+    token_logprobs: list[TokenLogprob] | None = None          # logprobs with each token's bytes, when asked
 
     @property
     def num_output_tokens(self) -> int:

@@ -248,6 +248,43 @@ def test_lines_with_their_own_params_and_response_format_run_as_one_batch(deploy
     assert "does not compile" in failed["response"]["body"]["error"]["message"]
 
 
+def test_logprobs_are_openais_shape_and_the_engines_values(deployment, smollm2):
+    from engine import SamplingParams
+    client = _client(deployment)
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    lines = [_chat_line("top3", question[0]["content"], max_tokens=8, temperature=0, logprobs=True, top_logprobs=3),
+             _chat_line("none", question[0]["content"], max_tokens=8, temperature=0)]
+    batch = _poll(client, _submit(client, lines, "/v1/chat/completions").id, ("completed", "failed"),
+                  deployment=deployment)
+    assert batch.status == "completed", batch
+    bodies = {line["custom_id"]: ChatCompletion.model_validate(line["response"]["body"])
+              for line in _lines(client, batch.output_file_id)}
+    want = smollm2.generate([question], SamplingParams(max_tokens=8, temperature=0, logprobs=3))[0]
+    content = bodies["top3"].choices[0].logprobs.content
+    assert [bytes(token.bytes) for token in content] == [token.token for token in want.token_logprobs]
+    # equal up to fp32 rounding: the worker's batch holds another row, the engine call here does not
+    assert [token.logprob for token in content] == pytest.approx([t.logprob for t in want.token_logprobs], abs=1e-5, rel=2e-5)
+    assert [[bytes(top.bytes) for top in token.top_logprobs] for token in content] == \
+        [[top.token for top in token.top_logprobs] for token in want.token_logprobs]
+    assert [top.logprob for token in content for top in token.top_logprobs] == pytest.approx(
+        [top.logprob for token in want.token_logprobs for top in token.top_logprobs], abs=1e-5, rel=2e-5)
+    assert b"".join(bytes(token.bytes) for token in content).decode() == bodies["top3"].choices[0].message.content
+    assert bodies["none"].choices[0].logprobs is None
+    assert bodies["none"].choices[0].message.content == bodies["top3"].choices[0].message.content
+
+    completion_line = {"custom_id": "c", "method": "POST", "url": "/v1/completions",
+                       "body": {"model": "smollm2", "prompt": "The river", "max_tokens": 6, "temperature": 0,
+                                "logprobs": 2}}
+    batch = _poll(client, _submit(client, [completion_line], "/v1/completions").id, ("completed", "failed"),
+                  deployment=deployment)
+    body = Completion.model_validate(_lines(client, batch.output_file_id)[0]["response"]["body"])
+    want = smollm2.generate(["The river"], SamplingParams(max_tokens=6, temperature=0, logprobs=2))[0]
+    assert body.choices[0].logprobs.token_logprobs == pytest.approx([t.logprob for t in want.token_logprobs],
+                                                                    abs=1e-5, rel=2e-5)
+    assert "".join(body.choices[0].logprobs.tokens) == body.choices[0].text == want.text
+    assert all(len(top) == 2 for top in body.choices[0].logprobs.top_logprobs)
+
+
 def test_a_malformed_file_fails_the_batch_line_by_line_and_runs_nothing(deployment):
     client = _client(deployment)
     jobs_before = len(deployment.client().jobs(limit=1000))

@@ -71,3 +71,26 @@ def test_chat_messages_go_through_the_gguf_chat_template(engine):
     output = engine.generate([messages], SamplingParams(max_tokens=48, temperature=0.0))[0]
     assert output.num_prompt_tokens > 10 and "Paris" in output.text
     assert output.finish_reason in ("stop", "length")
+
+
+def test_generated_token_logprobs_and_bytes_match_transformers(engine, reference):
+    """OpenAI-style logprobs (engine.generate.token_logprobs): each generated token's
+    log-probability equals transformers' fp32 log-softmax at its position, its top 3 are
+    transformers' top 3, and the tokens' bytes make up the text."""
+    ids = engine.llm.tokenizer.encode("The capital of France is")
+    output = engine.generate([ids], SamplingParams(max_tokens=12, temperature=0.0, logprobs=3, ignore_eos=True))[0]
+    tokens = output.token_logprobs
+    assert [token.token_id for token in tokens] == output.token_ids
+    assert b"".join(token.token for token in tokens).decode() == output.text
+    for token, entry in zip(tokens, output.logprobs):
+        assert token.logprob == entry[token.token_id] and len(token.top_logprobs) == 3
+        assert token.top_logprobs[0].token_id == token.token_id   # greedy: the likeliest
+        assert [top.logprob for top in token.top_logprobs] == sorted((top.logprob for top in token.top_logprobs),
+                                                                     reverse=True)
+    with torch.no_grad():
+        logits = reference(torch.tensor([ids + output.token_ids])).logits[0, len(ids) - 1:-1].float()
+    theirs = logits.log_softmax(-1)
+    ours = torch.tensor([token.logprob for token in tokens])
+    torch.testing.assert_close(ours, theirs.gather(-1, torch.tensor(output.token_ids)[:, None]).squeeze(-1),
+                               atol=2e-3, rtol=1e-3)
+    assert [[top.token_id for top in token.top_logprobs] for token in tokens] == theirs.topk(3).indices.tolist()

@@ -19,7 +19,7 @@ def jsonl(*lines) -> bytes:
 
 
 def row_params(batch) -> list[dict]:
-    return [json.loads(params) for params in batch.row_params]
+    return batch.row_params
 
 
 def errors_of(data: bytes, endpoint=CHAT) -> list[tuple]:
@@ -63,6 +63,19 @@ def test_lines_may_differ_in_sampling_params_and_response_format():
         defaults]
 
 
+def test_logprobs_asked_by_one_line_give_the_job_a_logprobs_column_and_each_row_its_own():
+    messages = [{"role": "user", "content": "Hi"}]
+    batch = parse_batch(jsonl(line("a", model="smollm2", messages=messages, logprobs=True, top_logprobs=3),
+                              line("b", model="smollm2", messages=messages),
+                              line("c", model="smollm2", messages=messages, logprobs=True)), CHAT, MODELS)
+    assert batch.params == {"params_column": "params", "logprobs": 0}
+    assert [params["logprobs"] for params in row_params(batch)] == [3, None, 0]
+    completions = parse_batch(jsonl(line("d", COMPLETIONS, model="smollm2", prompt="x", logprobs=5)), COMPLETIONS,
+                              MODELS)
+    assert row_params(completions)[0]["logprobs"] == 5
+    assert parse_batch(jsonl(line("e")), CHAT, MODELS).params == {"params_column": "params"}
+
+
 def test_a_list_prompt_gives_each_of_its_rows_the_lines_params():
     batch = parse_batch(jsonl(line("a", COMPLETIONS, model="smollm2", prompt=["x", "y"], max_tokens=2),
                               line("b", COMPLETIONS, model="smollm2", prompt="z", max_tokens=9)), COMPLETIONS, MODELS)
@@ -86,8 +99,14 @@ def test_a_list_input_is_one_row_per_item_of_one_line():
      (1, "model_not_found", "body.model")),
     (json.dumps(line(model="minilm", messages=[{"role": "user", "content": "Hi"}])),
      (1, "model_not_found", "body.model")),
-    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], logprobs=True)),
-     (1, "unsupported_parameter", "body.logprobs")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], tools=[])),
+     (1, "unsupported_parameter", "body.tools")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], top_logprobs=2)),
+     (1, "invalid_value", "body.top_logprobs")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], logprobs=True,
+                     top_logprobs=21)), (1, "invalid_value", "body.top_logprobs")),
+    (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], logprobs=3)),
+     (1, "invalid_value", "body.logprobs")),
     (json.dumps(line(model="smollm2", messages=[{"role": "user", "content": "Hi"}], n=2)), (1, "invalid_value", "body.n")),
     (json.dumps(line(model="smollm2", messages=[{"role": "tool", "content": "Hi"}])),
      (1, "invalid_value", "body.messages[0]")),

@@ -63,3 +63,30 @@ def test_embeddings_in_float_and_base64():
     decoded = np.frombuffer(base64.b64decode(as_base64["data"][0]["embedding"]), dtype="<f4")
     np.testing.assert_array_equal(decoded, np.asarray(vector, np.float32))
     assert as_float["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+
+
+LOGPROBS = [  # the job's logprobs column for "Par" + "\xe9" split over two tokens: bytes, not text, are whole
+    {"token_id": 7, "token": b"Par", "logprob": -0.25,
+     "top_logprobs": [{"token_id": 7, "token": b"Par", "logprob": -0.25}, {"token_id": 9, "token": b"Lo", "logprob": -2.0}]},
+    {"token_id": 3, "token": b"\xc3", "logprob": -0.5,
+     "top_logprobs": [{"token_id": 3, "token": b"\xc3", "logprob": -0.5}, {"token_id": 4, "token": b"is", "logprob": -1.5}]},
+]
+
+
+def test_logprobs_are_shaped_as_openais_chat_and_completion_types():
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion
+    chat = batch_output("/v1/chat/completions", "smollm2", requests(["a"], [0]),
+                        [{**generated(), "logprobs": LOGPROBS}], "succeeded")
+    logprobs = ChatCompletion.model_validate(json.loads(chat.output_lines[0])["response"]["body"]).choices[0].logprobs
+    assert [(t.token, t.logprob, t.bytes) for t in logprobs.content] == [("Par", -0.25, list(b"Par")),
+                                                                          ("\ufffd", -0.5, [0xC3])]
+    assert [(t.token, t.logprob) for t in logprobs.content[0].top_logprobs] == [("Par", -0.25), ("Lo", -2.0)]
+    completion = batch_output("/v1/completions", "smollm2", requests(["b"], [0]),
+                              [{**generated(), "logprobs": LOGPROBS}], "succeeded")
+    body = Completion.model_validate(json.loads(completion.output_lines[0])["response"]["body"])
+    assert body.choices[0].logprobs.tokens == ["Par", "\ufffd"]
+    assert body.choices[0].logprobs.token_logprobs == [-0.25, -0.5] and body.choices[0].logprobs.text_offset == [0, 3]
+    assert body.choices[0].logprobs.top_logprobs[1] == {"\ufffd": -0.5, "is": -1.5}
+    plain = batch_output("/v1/chat/completions", "smollm2", requests(["c"], [0]), [generated()], "succeeded")
+    assert json.loads(plain.output_lines[0])["response"]["body"]["choices"][0]["logprobs"] is None
