@@ -46,8 +46,10 @@ def check_jsonl(source: str) -> BatchRequests:
 
 def describe_requests(parsed: BatchRequests) -> str:
     """What `barge submit --dry-run` shows for an OpenAI batch file."""
+    distinct = {json.dumps(params, sort_keys=True) for params in parsed.row_params}
+    per_row = f" ({len(distinct)} distinct sets of per-line params)" if distinct else ""
     return (f"{parsed.num_lines} requests ({len(parsed.row_inputs)} rows) to {parsed.endpoint}; the job: mode "
-            f"{ENDPOINT_MODES[parsed.endpoint]}, model {parsed.model!r}, params {parsed.params}")
+            f"{ENDPOINT_MODES[parsed.endpoint]}, model {parsed.model!r}, params {parsed.params}{per_row}")
 
 
 def submit_jsonl(client: Client, source: str, output: str, **spec_fields) -> Job:

@@ -38,3 +38,13 @@ def test_dry_run_shows_the_job_and_queues_nothing(tmp_path, capsys, monkeypatch)
     assert main(["submit", "--input", source, "--output", str(tmp_path / "out"), "--dry-run"]) == 0
     assert "2 requests (2 rows) to /v1/embeddings; the job: mode embed, model 'minilm'" in capsys.readouterr().out
     assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()
+
+
+def test_dry_run_counts_the_distinct_per_line_params():
+    from api.batch_input import CHAT, parse_batch
+    from api.local_batch import describe_requests
+    lines = [{"custom_id": str(i), "method": "POST", "url": CHAT,
+              "body": {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2 + i % 2}}
+             for i in range(4)]
+    parsed = parse_batch("".join(json.dumps(line) + "\n" for line in lines).encode(), CHAT, {"smollm2": "generate"})
+    assert describe_requests(parsed).endswith("params {'params_column': 'params'} (2 distinct sets of per-line params)")
