@@ -87,17 +87,18 @@ class Engine:
 
     def transcribe(self, audio: list, language: str | None = None, task: str = "transcribe",
                    temperature: float | tuple[float, ...] = 0.0, beam_size: int = 1, vad: bool = True,
-                   with_timestamps: bool = True, word_timestamps: bool = False) -> list:
+                   with_timestamps: bool = True, word_timestamps: bool = False, long_form: str = "vad") -> list:
         """One TranscriptionOutput per input (float32 16 kHz array, bytes, path or fsspec
         URL) in input order: .text, .segments (start, end, text; with word_timestamps also
         .words: word, start, end, probability), .language (.language_probability when
         detected), .duration_s, .error (undecodable or empty audio is such a row); a bad
-        option raises ValueError."""
+        option raises ValueError. long_form: "vad" or "sequential" (TranscribeParams)."""
         if self.transcriber is None:
             raise ValueError(f"transcribe needs an engine loaded with mode='transcribe', not {self.mode!r}")
         from engine.whisper.params import TranscribeParams
         params = TranscribeParams(language=language, task=task, temperature=temperature, beam_size=beam_size,
-                                  vad=vad, with_timestamps=with_timestamps, word_timestamps=word_timestamps)
+                                  vad=vad, with_timestamps=with_timestamps, word_timestamps=word_timestamps,
+                                  long_form=long_form)
         return self.transcriber.transcribe(list(audio), params)
 
     @property

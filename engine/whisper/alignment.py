@@ -74,7 +74,7 @@ def align(model: Whisper, tokenizer: WhisperTokenizer, chunks: list[AlignmentInp
         return results
     sequences = [[*chunks[i].sot_sequence, tokenizer.no_timestamps, *chunks[i].text_tokens, tokenizer.eot]
                  for i in todo]
-    logits, cross_qk = _decoder_pass(model, sequences, torch.stack([chunks[i].audio_features for i in todo]))
+    logits, cross_qk = decoder_pass(model, sequences, torch.stack([chunks[i].audio_features for i in todo]))
     for row, index in enumerate(todo):
         chunk = chunks[index]
         length = len(sequences[row])
@@ -86,10 +86,13 @@ def align(model: Whisper, tokenizer: WhisperTokenizer, chunks: list[AlignmentInp
     return results
 
 
-def _decoder_pass(model: Whisper, sequences: list[list[int]], features: torch.Tensor):
+def decoder_pass(model: Whisper, sequences: list[list[int]], features: torch.Tensor,
+                 heads: list[tuple[int, int]] | None = None):
     """Padded sequences through the decoder -> (logits [b, T, vocab], cross-attention
-    scores of the alignment heads [b, heads, T, n_audio_ctx], float32)."""
-    decoder, heads = model.decoder, alignment_heads(model)
+    scores of `heads` (default: the alignment heads) [b, heads, T, n_audio_ctx], float32;
+    None without heads)."""
+    decoder = model.decoder
+    heads = alignment_heads(model) if heads is None else heads
     device = features.device
     length = max(len(s) for s in sequences)
     tokens = torch.full((len(sequences), length), sequences[0][-1], dtype=torch.long, device=device)
@@ -110,8 +113,8 @@ def _decoder_pass(model: Whisper, sequences: list[list[int]], features: torch.Te
         for head in wanted.get(layer, []):
             scores[(layer, head)] = qk[:, head]
         x = x + block.mlp(block.mlp_ln(x))
-    logits = decoder.ln(x) @ decoder.token_embedding.weight.T
-    return logits.float(), torch.stack([scores[pair] for pair in heads], dim=1).float()
+    logits = (decoder.ln(x) @ decoder.token_embedding.weight.T).float()
+    return logits, torch.stack([scores[pair] for pair in heads], dim=1).float() if heads else None
 
 
 def _cross_attention(attention, h: torch.Tensor, features: torch.Tensor):

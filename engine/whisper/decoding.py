@@ -90,8 +90,10 @@ class ChunkDecoder:
         return StepStats(num_seqs=num_running, num_tokens=num_running, max_num_seqs=max_slots, max_num_tokens=None,
                          num_kv_blocks_used=num_running, num_kv_blocks=max_slots)
 
-    def encode(self, audio: list[np.ndarray]) -> torch.Tensor:
-        """Chunks of <= 30 s -> encoder output [k, n_audio_ctx, n_audio_state] (zero-padded to 30 s)."""
+    def encode(self, audio: list[np.ndarray], zeros_past_end: bool = True) -> torch.Tensor:
+        """Chunks of <= 30 s -> encoder output [k, n_audio_ctx, n_audio_state]; the audio
+        is padded with silence to 30 s and, with zeros_past_end, the log-Mel past the
+        chunk's own frames is zeros (see below)."""
         self.num_encoded += len(audio)
         batch = torch.zeros(len(audio), N_SAMPLES_PER_CHUNK)
         for row, samples in enumerate(audio):
@@ -100,7 +102,8 @@ class ChunkDecoder:
         # Past the chunk's own frames the window holds zeros, as openai-whisper's transcribe
         # (and faster-whisper) pad it: the log-Mel of padded silence is not what they feed.
         for row, samples in enumerate(audio):
-            mel[row, :, min(len(samples), N_SAMPLES_PER_CHUNK) // HOP_LENGTH:] = 0
+            if zeros_past_end:
+                mel[row, :, min(len(samples), N_SAMPLES_PER_CHUNK) // HOP_LENGTH:] = 0
         return self.model.encoder(mel.to(self.dtype))
 
     def _start(self, admitted: list[DecodeRequest]) -> None:
@@ -118,6 +121,8 @@ class ChunkDecoder:
             self.cache.copy_cross(leader_slot, list(range(leader_slot + 1, leader_slot + len(request.rows))))
             if request.language is None and request.language_from is not None:
                 request.language = request.language_from.language
+            if request.prompt:
+                request.pending.extend([self.tokenizer.sot_prev, *request.prompt])
             if request.language is None:
                 request.pending.append(self.tokenizer.sot)      # the rest once the language is known
             else:

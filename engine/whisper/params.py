@@ -8,6 +8,7 @@ from engine.whisper.tokenizer import LANGUAGE_CODES, TASKS
 
 FALLBACK_STEP = 0.2     # openai-whisper's temperature_increment_on_fallback
 MAX_BEAM_SIZE = 16
+LONG_FORMS = ("vad", "sequential")
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,11 @@ class TranscribeParams:
     sample, as openai-whisper's transcribe does)."""
     vad: bool = True                   # False: cut only to fit 30 s, keep silences
     with_timestamps: bool = True       # False: one segment per chunk
+    long_form: str = "vad"
+    """How a file is cut into 30-s windows. "vad": at pauses found by the energy VAD, long
+    pauses shortened, every window of every file decoded at once (fast). "sequential":
+    openai-whisper's way, each window starting where the last one's text ended and
+    conditioned on the text before it (engine.whisper.sequential); vad is then unused."""
     word_timestamps: bool = False
     """True: every segment gets its words with start, end and probability, timed from the
     alignment heads' cross-attention by dynamic time warping (engine.whisper.alignment)."""
@@ -40,6 +46,8 @@ class TranscribeParams:
             raise ValueError(f"temperature must be a number in [0, 2] or a list of them, got {self.temperature!r}")
         if isinstance(self.beam_size, bool) or not isinstance(self.beam_size, int) or not 1 <= self.beam_size <= MAX_BEAM_SIZE:
             raise ValueError(f"beam_size must be an integer from 1 (greedy) to {MAX_BEAM_SIZE}, got {self.beam_size!r}")
+        if self.long_form not in LONG_FORMS:
+            raise ValueError(f"long_form must be one of {LONG_FORMS}, got {self.long_form!r}")
         for name in ("vad", "with_timestamps", "word_timestamps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a boolean, got {getattr(self, name)!r}")

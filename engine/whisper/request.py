@@ -43,6 +43,7 @@ class DecodeRequest:
     language: str | None                 # None: taken from language_from, else detected after <|startoftranscript|>
     language_from: "DecodeRequest | None" = None   # a file's first chunk, whose detected language this one shares
     audio_features: torch.Tensor | None = None   # [n_audio_ctx, n_audio_state], kept for a fallback re-run
+    prompt: list[int] = field(default_factory=list)   # earlier text, fed after <|startofprev|> (long_form="sequential")
     pending: deque = field(default_factory=deque)   # forced tokens still to feed
     fed: list[int] = field(default_factory=list)    # tokens fed so far (prompt and sampled)
     output: list[int] = field(default_factory=list)  # sampled tokens, eot excluded

@@ -18,6 +18,7 @@ decoded again as a chunk of its own, starting where the last segment ended.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -26,11 +27,13 @@ from engine.whisper.audio import Audio, AudioError, load_audio
 from engine.whisper.chunk import Chunk
 from engine.whisper.config import HOP_LENGTH, SAMPLE_RATE
 from engine.whisper.decoding import ChunkDecoder
+from engine.whisper.language import detect_languages
 from engine.whisper.logit_rules import compression_ratio
 from engine.whisper.outputs import Segment, TranscriptionOutput, Word
 from engine.whisper.params import TranscribeParams
 from engine.whisper.request import DecodeOptions, DecodeRequest
 from engine.whisper.segments import token_segments
+from engine.whisper.sequential import SequentialState
 from engine.whisper.vad import FileSpeech, analyse, make_chunks, split_chunk
 from engine.whisper.words import TimedSegment, place_words
 
@@ -49,6 +52,7 @@ class FileWork:
     audio: Audio
     speech: FileSpeech
     language: str | None
+    language_probability: float | None = None      # when detected (engine.whisper.language)
     chunks: dict[int, tuple[str, list[Segment]]] = field(default_factory=dict)   # start sample -> (raw text, segments)
     num_tokens: int = 0
     first_request: DecodeRequest | None = None
@@ -56,11 +60,10 @@ class FileWork:
     def output(self) -> TranscriptionOutput:
         ordered = [self.chunks[start] for start in sorted(self.chunks)]
         language = self.language or (self.first_request.language if self.first_request else None)
-        probs = self.first_request.language_probs if self.first_request else None
         return TranscriptionOutput(text="".join(raw for raw, _ in ordered).strip(),
                                    segments=[s for _, segments in ordered for s in segments],
                                    language=language, duration_s=round(self.audio.duration_s, 3),
-                                   language_probability=probs.get(language) if probs else None,
+                                   language_probability=self.language_probability,
                                    num_tokens=self.num_tokens)
 
 
@@ -81,6 +84,7 @@ class ChunkJob:
     attempt: int               # index into the temperatures
     depth: int                 # re-chunks so far
     hops: int = 0              # continuations past an early end so far
+    state: SequentialState | None = None   # long_form="sequential": the file's window progress
 
 
 class Transcriber:
@@ -95,9 +99,15 @@ class Transcriber:
         self.decoder.check_beam_size(params.beam_size)
         language = params.language or (None if self.tokenizer.is_multilingual else "en")
         works: list[FileWork | TranscriptionOutput] = [self._open(source, language) for source in sources]
+        if language is None:
+            self._detect([work for work in works if isinstance(work, FileWork)])
         jobs: dict[int, ChunkJob] = {}
         for work in works:
-            if isinstance(work, FileWork):
+            if isinstance(work, FileWork) and params.long_form == "sequential":
+                state = SequentialState(work.audio.num_samples // HOP_LENGTH)
+                if not state.is_done:
+                    self._submit_window(jobs, work, state, params)
+            elif isinstance(work, FileWork):
                 for chunk in make_chunks(work.speech, params.vad):
                     request = self._submit(jobs, ChunkJob(work, chunk, 0, 0), params)
                     work.first_request = work.first_request or request
@@ -108,6 +118,13 @@ class Transcriber:
                 self._align_pending()
         self._align_pending()
         return [work.output() if isinstance(work, FileWork) else work for work in works]
+
+    def _detect(self, files: list[FileWork]) -> None:
+        """Each file's language (and its probability) before any chunk of it decodes."""
+        all_probs = detect_languages(self.decoder, [file.audio for file in files], self.decoder.scheduler.max_admit)
+        for file, probs in zip(files, all_probs):
+            file.language = max(probs, key=probs.get)
+            file.language_probability = probs[file.language]
 
     def _open(self, source, language: str | None) -> FileWork | TranscriptionOutput:
         try:
@@ -125,7 +142,8 @@ class Transcriber:
         is_first = file.first_request is None
         request = DecodeRequest(next(self._ids), lambda: chunk.samples(file.audio), options,
                                 language=file.language, audio_features=features,
-                                language_from=None if is_first else file.first_request)
+                                language_from=None if is_first else file.first_request,
+                                prompt=job.state.prompt if job.state is not None else [])
         jobs[request.request_id] = job
         self.decoder.add(request, first)
         return request
@@ -141,10 +159,13 @@ class Transcriber:
         is_unlikely = request.avg_logprob < LOGPROB_THRESHOLD
         needs_fallback = not is_silent and (is_unlikely or compression_ratio(raw_text) > COMPRESSION_RATIO_THRESHOLD)
         if needs_fallback and job.attempt + 1 < len(params.temperatures):
-            retry = ChunkJob(file, job.chunk, job.attempt + 1, job.depth, job.hops)
+            retry = dataclasses.replace(job, attempt=job.attempt + 1)
             self._submit(jobs, retry, params, features=request.audio_features, first=True)
             return
         features, request.audio_features = request.audio_features, None
+        if job.state is not None:
+            self._accept_window(jobs, job, request, params, features, skip=is_silent and is_unlikely)
+            return
         if needs_fallback and self._can_split(job):
             for half in split_chunk(file.speech, job.chunk):
                 self._submit(jobs, ChunkJob(file, half, 0, job.depth + 1, job.hops), params, first=True)
@@ -170,6 +191,33 @@ class Transcriber:
         if (job.hops < MAX_CONTINUATIONS and 0 < heard_until < chunk.num_samples
                 and sum(file.speech.speech_s(s, e) for s, e in rest.pieces) >= MIN_UNHEARD_SPEECH_S):
             self._submit(jobs, ChunkJob(file, rest, 0, job.depth, job.hops + 1), params, first=True)
+
+    def _submit_window(self, jobs: dict, file: FileWork, state: SequentialState, params: TranscribeParams) -> None:
+        start = state.seek * HOP_LENGTH
+        chunk = Chunk(((start, min(start + state.window_frames * HOP_LENGTH, file.audio.num_samples)),))
+        request = self._submit(jobs, ChunkJob(file, chunk, 0, 0, state=state), params, first=True)
+        file.first_request = file.first_request or request
+
+    def _accept_window(self, jobs: dict, job: ChunkJob, request: DecodeRequest, params: TranscribeParams,
+                       features, skip: bool) -> None:
+        """A sequential window is final (after its fallbacks): keep its segments, decode the next."""
+        file, state = job.file, job.state
+        if skip:
+            state.skip_window()
+        else:
+            window = state.advance(request.output, self.tokenizer.timestamp_begin, request.options.temperature,
+                                   has_text=lambda ids: bool(self.tokenizer.decode(ids).strip()))
+            in_window = [TimedSegment(start, end, [t for t in ids if t < self.tokenizer.eot])
+                         for start, end, ids in window]
+            raw_text = "".join(self.tokenizer.decode(s.text_tokens) for s in in_window)
+            file.chunks[job.chunk.start] = (raw_text, self._file_segments(job.chunk, in_window))
+            if params.word_timestamps and in_window:
+                sot = self.tokenizer.sot_sequence(request.language, params.task, with_timestamps=True)
+                inputs = AlignmentInput(features, sot, [t for s in in_window for t in s.text_tokens],
+                                        job.chunk.num_samples // HOP_LENGTH, request.language)
+                self._pending.append(PendingAlignment(file, job.chunk, in_window, inputs))
+        if not state.is_done:
+            self._submit_window(jobs, file, state, params)
 
     def _file_segments(self, chunk: Chunk, segments: list[TimedSegment]) -> list[Segment]:
         """Chunk-relative segments (with their words, once timed) on the file's time line."""
