@@ -63,6 +63,8 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "beam_size": ((int,), "an integer from 1 (greedy) to 16 (beam search)"),
         "vad": ((bool,), "a boolean (false: cut only to fit 30 s, keep silences)"),
         "word_timestamps": ((bool,), "a boolean (true: each segment's words with start, end and probability)"),
+        "long_form": ((str,), '"vad" (windows cut at pauses, decoded together) or "sequential" (each window '
+                              'conditioned on the text before it, as openai-whisper)'),
     },
 }
 
