@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-ERROR_KINDS = ("null_input", "bad_type", "empty_input", "too_long", "other")
+ERROR_KINDS = ("null_input", "bad_type", "empty_input", "too_long", "out_of_memory", "other")
 
 # Substrings of the engines' per-row error messages -> kind; first match wins.
 _ERROR_PATTERNS = (
+    ("out of memory", "out_of_memory"),    # engine.oom: a row that does not fit on the device alone
     ("is null", "null_input"),
     ("is not", "bad_type"),
     ("must ", "bad_type"),
