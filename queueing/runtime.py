@@ -38,7 +38,10 @@ class WorkerOptions:
                                     # partial manifest's task, and a stranded job's plan or finalize
                                     # (queueing.housekeeping)
     chunk_rows: int = 256           # rows per engine call; between calls the worker checks its claim
-    kv_cache_fraction: float | None = None   # generate: share of free memory for the KV cache (engine default 0.3)
+    kv_cache_fraction: float | None = None   # generate: share of free memory for the KV cache (engine default 0.3);
+                                             # on a GPU only when gpu_memory_fraction is not set (the old setting)
+    gpu_memory_fraction: float | None = None   # generate on a GPU: the device share for weights, activations and
+                                               # KV cache (engine.gpu_memory; engine default 0.9)
     metrics_port: int = 0           # serve Prometheus metrics on this port; 0: off (queueing.metrics)
     metrics_addr: str = "0.0.0.0"   # the address the metrics server binds
     pipeline_depth: int = 1         # shards read ahead while the engine computes (queueing.pipeline); 0: none
@@ -53,11 +56,11 @@ class WorkerOptions:
                  "requeue_after_s": "BARGE_REQUEUE_AFTER_S", "chunk_rows": "BARGE_CHUNK_ROWS",
                  "metrics_port": "BARGE_METRICS_PORT", "metrics_addr": "BARGE_METRICS_ADDR",
                  "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION", "pipeline_depth": "BARGE_PIPELINE_DEPTH",
-                 "transient_retry_s": "BARGE_TRANSIENT_RETRY_S"}
+                 "transient_retry_s": "BARGE_TRANSIENT_RETRY_S", "gpu_memory_fraction": "BARGE_GPU_MEMORY_FRACTION"}
         values = {}
         for name, variable in names.items():
             if env.get(variable):
-                kind = float if name == "kv_cache_fraction" else type(getattr(cls, name))
+                kind = float if name in ("kv_cache_fraction", "gpu_memory_fraction") else type(getattr(cls, name))
                 try:
                     values[name] = kind(env[variable])
                 except ValueError:
@@ -125,14 +128,23 @@ class Runtime:
         log.info("loading model %s (%s) for %s%s", ref.key, ref.path, mode,
                  f", {quantization} weights" if quantization else "")
         options = {}
-        if mode == "generate" and self.options.kv_cache_fraction is not None:
-            options["kv_cache_memory_fraction"] = self.options.kv_cache_fraction
+        if mode == "generate":
+            options.update(self._memory_options())
         if self.device is not None:
             options["device"] = self.device.torch_device
         engine = Engine.from_pretrained(ref.path, mode=mode, quantization=quantization, **options)
         if self.device is not None:
             engine.device_id = self.device.label
         return engine
+
+    def _memory_options(self) -> dict:
+        """GenerateOptions for memory: BARGE_GPU_MEMORY_FRACTION, else the older
+        BARGE_KV_CACHE_FRACTION (then a share of free memory on a GPU too, as before)."""
+        if self.options.gpu_memory_fraction is not None:
+            return {"gpu_memory_fraction": self.options.gpu_memory_fraction}
+        if self.options.kv_cache_fraction is not None:
+            return {"kv_cache_memory_fraction": self.options.kv_cache_fraction, "gpu_memory_fraction": None}
+        return {}
 
     def engine_settings(self, model_key: str, mode: str, quantization: str | None = None) -> dict:
         """The settings of the engine serving this key, as recorded with each commit: read

@@ -33,6 +33,7 @@ from queueing.devices import DeviceSlot, restart_delay
 log = logging.getLogger("barge.supervisor")
 
 POLL_S = 0.2
+EXIT_DOES_NOT_FIT = 78   # EX_CONFIG: the model does not fit its device share; restarting cannot help
 
 
 @dataclass
@@ -106,6 +107,11 @@ class Supervisor:
             if status is None:
                 continue
             engine.process = None
+            if status == EXIT_DOES_NOT_FIT:
+                engine.is_unhealthy = True
+                log.error("engine process %s refused its model (it does not fit the device; see its log); the "
+                          "device is left down", engine.slot.label)
+                continue
             engine.fault_times.append(now)
             delay = restart_delay(engine.fault_times, now, self.max_faults)
             if delay is None:
@@ -148,14 +154,12 @@ def run_worker(models: list[str], *, devices: str | None = None, loglevel: str =
     from queueing.devices import SLOT_VARIABLE, count_visible_gpus, max_faults_from_env, parse_devices
     from queueing.logs import configure_logging
     from queueing.runtime import WorkerOptions
-    from queueing.serve import serve
 
     if os.environ.get(SLOT_VARIABLE):
-        return serve(models, loglevel=loglevel, metrics_port=metrics_port,
-                     device=DeviceSlot.from_label(os.environ[SLOT_VARIABLE]))
+        return _serve_refusing_misfits(models, loglevel, metrics_port, DeviceSlot.from_label(os.environ[SLOT_VARIABLE]))
     slots = parse_devices(devices if devices is not None else os.environ.get("BARGE_DEVICES"), count_visible_gpus())
     if slots == [DeviceSlot("cpu", 0)]:
-        return serve(models, loglevel=loglevel, metrics_port=metrics_port, device=slots[0])
+        return _serve_refusing_misfits(models, loglevel, metrics_port, slots[0])
     configure_logging(loglevel)
     Store(Settings.from_env().database_url).migrate()   # once, not raced by every engine process
     options = WorkerOptions.from_env()
@@ -166,3 +170,15 @@ def run_worker(models: list[str], *, devices: str | None = None, loglevel: str =
     supervisor = Supervisor(slots, argv, max_faults=max_faults_from_env(), metrics_port=port,
                             stop_timeout_s=options.drain_grace_s + 60)
     return supervisor.run()
+
+
+def _serve_refusing_misfits(models: list[str], loglevel: str, metrics_port: int | None, device: DeviceSlot) -> int:
+    """serve(); a model that does not fit its share of the device ends the process with
+    EXIT_DOES_NOT_FIT and the sizes on its last log line."""
+    from engine.gpu_memory import ModelDoesNotFit
+    from queueing.serve import serve
+    try:
+        return serve(models, loglevel=loglevel, metrics_port=metrics_port, device=device)
+    except ModelDoesNotFit as exc:
+        log.error("worker refused at start on %s: %s", device.label, exc)
+        return EXIT_DOES_NOT_FIT

@@ -17,7 +17,7 @@ import torch
 
 from engine.generate.block_manager import BlockManager
 from engine.generate.grammar import GrammarCache
-from engine.generate.kv_cache import allocate_kv_cache, num_blocks_from_memory
+from engine.generate.kv_cache import allocate_kv_cache
 from engine.generate.model_config import DecoderConfig
 from engine.generate.model_loader import load_decoder
 from engine.generate.options import GenerateOptions
@@ -28,6 +28,7 @@ from engine.generate.sampling_params import SamplingParams
 from engine.generate.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.generate.token_logprobs import TokenPieces, token_logprobs
 from engine.generate.tokenizer import TextTokenizer
+from engine.gpu_memory import kv_cache_blocks
 from engine.layers.packed_linear import pack_linears
 from engine.models.llama import LlamaForCausalLM
 from engine.oom import OomGuard, recover_generate_step
@@ -65,9 +66,7 @@ class LLMEngine:
                  options: GenerateOptions, dtype: torch.dtype, device: torch.device):
         self.config, self.tokenizer, self.options = config, tokenizer, options
         max_model_len = min(options.max_model_len or config.max_model_len, config.max_model_len)
-        num_blocks = options.num_blocks or num_blocks_from_memory(
-            config, options.block_size, dtype, device, options.kv_cache_memory_fraction,
-            options.max_num_seqs * max_model_len)
+        num_blocks = options.num_blocks or kv_cache_blocks(model, config, options, dtype, device, max_model_len)
         # A request must always fit alone, or preempting everything else would not save it.
         self.max_model_len = min(max_model_len, num_blocks * options.block_size)
         self.block_manager = BlockManager(num_blocks, options.block_size, options.enable_prefix_caching)

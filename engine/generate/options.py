@@ -13,6 +13,8 @@ class GenerateOptions:
     block_size: int = 16                    # tokens per KV-cache block
     num_blocks: int | None = None           # KV-cache blocks; None = sized from free memory
     kv_cache_memory_fraction: float = 0.3   # of free memory (MemAvailable on CPU) when num_blocks is None
+    gpu_memory_fraction: float | None = 0.9  # on a GPU: the share of the device for weights, activations and KV
+                                             # cache (engine.gpu_memory); None: kv_cache_memory_fraction there too
     enable_prefix_caching: bool = True
     seed: int | None = 0                    # for requests without their own seed; None = nondeterministic
     enable_jump_forward: bool = True        # structured output: append what the grammar forces without a step each
@@ -24,5 +26,7 @@ class GenerateOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.gpu_memory_fraction is not None and not 0.0 < self.gpu_memory_fraction <= 1.0:
+            raise ValueError(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction!r}")
         if not 0.0 < self.kv_cache_memory_fraction <= 0.95:
             raise ValueError(f"kv_cache_memory_fraction must be in (0, 0.95], got {self.kv_cache_memory_fraction!r}")
