@@ -1,6 +1,7 @@
 """`barge submit --dry-run`: the checks a job passes at submission, then the plan it would
-get, described without queueing anything (footers and the id column are read; nothing
-is staged or written). `barge status` shows the same layout as planning found it (jobs.planned)."""
+get, described without queueing anything (footers and the id column are read, and a
+transcribe job's audio headers; nothing is staged or written). `barge status` shows the
+same layout as planning found it (jobs.planned)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import replace
 from jobs.inspection import planned_shards
 from jobs.spec import JobSpec
 from jobs.validate import check_job
+from storage.durations import with_durations
 from storage.layout import Layout, describe_layout
 
 
@@ -16,5 +18,7 @@ def dry_run(spec: JobSpec) -> Layout:
     """The layout planning would find; raises JobSpecError as submit would, except for
     duplicate ids, which the layout counts and names instead."""
     info = check_job(replace(spec, allow_duplicate_ids=True)).input
+    if spec.mode == "transcribe":   # planned by audio seconds, as planning does (the audio column is read)
+        info, _ = with_durations(info, spec.input_column)
     return describe_layout(info, planned_shards(spec, info))
 
