@@ -41,7 +41,8 @@ def api_settings_from_env(settings: Settings, env: dict[str, str] | None = None)
     env = os.environ if env is None else env
     defaults = ApiSettings(files_url=env.get("BARGE_API_FILES_URL") or str(settings.data_dir / "api"))
     return replace(defaults, max_file_bytes=int(env.get("BARGE_API_MAX_FILE_BYTES") or defaults.max_file_bytes),
-                   rows_per_shard=int(env.get("BARGE_API_ROWS_PER_SHARD") or defaults.rows_per_shard))
+                   rows_per_shard=int(env.get("BARGE_API_ROWS_PER_SHARD") or defaults.rows_per_shard),
+                   orphan_after_s=float(env.get("BARGE_API_ORPHAN_AFTER_S") or defaults.orphan_after_s))
 
 
 def create_app(client: Client | None = None, api_settings: ApiSettings | None = None, *,

@@ -24,8 +24,8 @@ SETTLED_STATUS = {JobStatus.SUCCEEDED: "completed", JobStatus.CANCELLED: "cancel
 
 
 def batch_status(batch: BatchRecord, job: JobProgress | None) -> str:
-    if job is None:
-        return "failed"
+    if job is None:   # refused, or its job never made (settled failed); else its job is being made
+        return "failed" if batch.errors or batch.settled_at is not None else "validating"
     if batch.settled_at is not None:
         return SETTLED_STATUS[job.status]
     if job.status == JobStatus.CANCELLED or (batch.cancelling_at is not None and not job.is_finished):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -20,10 +21,11 @@ from api.errors import ApiError, not_found
 from api.upload import checked_chunks
 from jobs.api_batches import ApiBatches, BatchRecord, is_batch_id, new_batch_id, owes_partial_manifest
 from jobs.api_files import ApiFiles, FileRecord
-from jobs.client import Client, Job
+from jobs.client import Client
 from jobs.models import model_mode, registered_models
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
+from queueing.failpoints import failpoint
 from storage.fs import join
 from storage.errors import StorageError
 from storage.manifest import read_results
@@ -42,6 +44,7 @@ class ApiSettings:
     files_url: str                 # where uploaded and written files, batch inputs and outputs live
     max_file_bytes: int = 200 * 1024 * 1024     # as OpenAI
     rows_per_shard: int = 256      # a batch's job: rows per shard (smaller: earlier partial results)
+    orphan_after_s: float = 600.0  # a batch whose job is still not made this long after it was recorded never gets one
 
 
 class BatchService:
@@ -89,9 +92,18 @@ class BatchService:
                              created_at=time.time())
         if isinstance(parsed, list):   # refused: failed at once, as OpenAI's validation, no job
             return self._refused(record, parsed, window_s)
-        job = self._submit(batch_id, key_id, parsed, window_s, metadata or {})
-        record = self.batches.create(_replace(record, job_id=job.id, model=parsed.model,
+        # The batch is recorded first, naming the job it is about to make: a server killed in
+        # between leaves a batch whose job never came, which its next read settles as failed
+        # (_view), never a job that no batch names and nobody reads.
+        spec = self._spec(batch_id, key_id, parsed, window_s, metadata or {})
+        record = self.batches.create(_replace(record, job_id=uuid.uuid4().hex, model=parsed.model,
                                               num_requests=parsed.num_lines))
+        failpoint("after_batch_record")
+        try:
+            job = self.client.submit(spec, job_id=record.job_id)
+        except JobSpecError as error:
+            self.batches.discard(batch_id)
+            raise ApiError(400, str(error), param=_param(error)) from None
         created = batch_object(record, self.client.store.progress(job.id), window_s)
         if job.webhook_secret:   # shown once, in this answer only, as `barge submit` prints it
             created["metadata"] = {**(created["metadata"] or {}), WEBHOOK_SECRET_KEY: job.webhook_secret}
@@ -127,28 +139,40 @@ class BatchService:
         self.batches.create(record)
         return batch_object(record, None, window_s)
 
-    def _submit(self, batch_id: str, key_id: str, parsed, window_s: int, metadata: dict) -> Job:
-        """The batch's job; a webhook for it when `metadata` names a `webhook_url`."""
+    def _spec(self, batch_id: str, key_id: str, parsed, window_s: int, metadata: dict) -> JobSpec:
+        """The batch's job, its requests written; a webhook for it when `metadata` names a `webhook_url`."""
         folder = batch_folder(self.settings.files_url, batch_id)
         try:
-            spec = JobSpec(mode=ENDPOINT_MODES[parsed.endpoint], model=parsed.model,
+            return JobSpec(mode=ENDPOINT_MODES[parsed.endpoint], model=parsed.model,
                            input=write_requests(folder, parsed), output=join(folder, "output"), input_column="input",
                            params=parsed.params, metadata={**metadata, "openai_batch_id": batch_id, "api_key_id": key_id},
                            expires_after_s=float(window_s), max_rows_per_shard=self.settings.rows_per_shard,
                            webhook_url=metadata.get(WEBHOOK_URL_KEY))
-            return self.client.submit(spec)
         except JobSpecError as error:
-            param = f"metadata.{WEBHOOK_URL_KEY}" if error.field == "webhook_url" else None
-            raise ApiError(400, str(error), param=param) from None
+            raise ApiError(400, str(error), param=_param(error)) from None
 
     def _view(self, record: BatchRecord) -> dict:
         window_s = completion_window_s(record.completion_window)
         if record.job_id is None:
             return batch_object(record, None, window_s)
-        job = self.client.store.progress(record.job_id)
+        try:
+            job = self.client.store.progress(record.job_id)
+        except KeyError:   # its job is being made, or never was (the server stopped in between)
+            return batch_object(self._settle_orphan(record), None, window_s)
         if job.is_finished and record.settled_at is None and self._settle(record, job.status):
             record = self.batches.get(record.key_id, record.id)
         return batch_object(record, job, window_s)
+
+    def _settle_orphan(self, record: BatchRecord) -> BatchRecord:
+        """A batch whose job is not there `orphan_after_s` after it was recorded never gets
+        one: failed, with no request run (a create still under way is given that long)."""
+        if record.settled_at is not None or time.time() - record.created_at < self.settings.orphan_after_s:
+            return record
+        error = {"code": "batch_failed", "message": "The server stopped while creating this batch; no request ran. "
+                                                     "Create it again.", "param": None, "line": None}
+        self.batches.settle(record.id, output_file_id=None, error_file_id=None, num_completed=0, num_failed=0,
+                            errors=[error])
+        return self.batches.get(record.key_id, record.id)
 
     def _settle(self, record: BatchRecord, status: JobStatus) -> bool:
         """Write the output and error files of an ended job's batch; False while its
@@ -210,6 +234,10 @@ def _check_metadata(metadata: object) -> None:
     if WEBHOOK_SECRET_KEY in metadata:
         raise ApiError(400, f"metadata.{WEBHOOK_SECRET_KEY} is made by the server and answered once; do not send one",
                        param=f"metadata.{WEBHOOK_SECRET_KEY}")
+
+
+def _param(error: JobSpecError) -> str | None:
+    return f"metadata.{WEBHOOK_URL_KEY}" if error.field == "webhook_url" else None
 
 
 def _replace(record: BatchRecord, **changes) -> BatchRecord:

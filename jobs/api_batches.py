@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, delete, insert, select, update
 
 from jobs.api_tables import api_batches, newest_first_page
 
@@ -24,7 +24,8 @@ BATCH_ID = re.compile(r"^batch_[0-9a-f]{32}$")
 class BatchRecord:
     id: str
     key_id: str                          # the owner
-    job_id: str | None                   # None: refused at validation (`errors` says why)
+    job_id: str | None                   # None: refused at validation (`errors` says why); recorded
+                                         # before its job is made, so a job always has its batch
     endpoint: str
     model: str | None
     input_file_id: str
@@ -62,6 +63,11 @@ class ApiBatches:
                 metadata=json.dumps(batch.metadata), errors=None if batch.errors is None else json.dumps(batch.errors),
                 num_requests=batch.num_requests, created_at=batch.created_at, settled_at=batch.settled_at))
         return batch
+
+    def discard(self, batch_id: str) -> None:
+        """Remove a batch whose job was refused at submit (the caller answers the refusal)."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(api_batches).where(api_batches.c.id == batch_id))
 
     def get(self, key_id: str, batch_id: str) -> BatchRecord | None:
         if not is_batch_id(batch_id):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 POINTS = (
     "after_submit_record",              # Client.submit: the job is recorded, its plan task not yet sent
+    "after_batch_record",               # BatchService.create: the batch is recorded, its job not yet made
     "before_plan_commit",               # plan_job: shards planned, not yet recorded
     "after_shard_commit_before_send",   # a shard committed; finalize or the next shards not yet sent
     "after_begin_finalize",             # the job is FINALIZING; nothing of its output written yet

@@ -61,11 +61,11 @@ def _serve(deployment, models: list[str]) -> None:
     _wait_serving(server, deployment.base_url)
 
 
-def _spawn(deployment, argv: list[str], log_name: str) -> subprocess.Popen:
+def _spawn(deployment, argv: list[str], log_name: str, env: dict | None = None) -> subprocess.Popen:
     import os
     deployment.data_dir.mkdir(parents=True, exist_ok=True)
     log_path = deployment.data_dir / log_name
-    process = subprocess.Popen(argv, env={**os.environ, **deployment.env}, stdout=open(log_path, "wb"),
+    process = subprocess.Popen(argv, env={**os.environ, **deployment.env, **(env or {})}, stdout=open(log_path, "wb"),
                                stderr=subprocess.STDOUT)
     process.log_path = log_path
     return process
@@ -306,6 +306,38 @@ def test_a_malformed_file_fails_the_batch_line_by_line_and_runs_nothing(deployme
 
     with pytest.raises(openai.BadRequestError):   # an endpoint the server does not have
         client.batches.create(input_file_id=uploaded.id, endpoint="/v1/moderations", completion_window="24h")
+
+
+def test_a_server_killed_between_recording_a_batch_and_making_its_job_leaves_a_batch_that_fails(deployment):
+    """No dead ends: the batch is recorded before its job, so a crash in between leaves a
+    batch that reads `validating`, then `failed` once its job is clearly never coming,
+    and no job that nobody reads."""
+    port = free_port()
+    doomed = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve-doomed.log",
+                    env={"BARGE_FAILPOINTS": "after_batch_record=kill"})
+    deployment.workers.append(doomed)
+    doomed_url = f"http://127.0.0.1:{port}/v1"
+    _wait_serving(doomed, doomed_url)
+    client = _client(deployment)
+    uploaded = client.files.create(file=("batch.jsonl", _jsonl([_chat_line("a", "Hi")])), purpose="batch")
+    jobs_before = len(deployment.client().jobs(limit=1000))
+    with pytest.raises(openai.APIConnectionError):   # the server dies inside create
+        openai.OpenAI(base_url=doomed_url, api_key=deployment.keys[0], max_retries=0).batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert doomed.wait(timeout=30) == 137
+    (orphan,) = [batch for batch in client.batches.list(limit=100).data if batch.input_file_id == uploaded.id]
+    assert orphan.status == "validating"                       # its job may still be on the way
+    assert len(deployment.client().jobs(limit=1000)) == jobs_before   # and none was made
+    port = free_port()
+    patient = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve-short.log",
+                     env={"BARGE_API_ORPHAN_AFTER_S": "1"})
+    deployment.workers.append(patient)
+    _wait_serving(patient, f"http://127.0.0.1:{port}/v1")
+    time.sleep(1.5)
+    settled = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=deployment.keys[0],
+                            max_retries=0).batches.retrieve(orphan.id)
+    assert settled.status == "failed" and settled.errors.data[0].code == "batch_failed"
+    assert client.batches.retrieve(orphan.id).status == "failed"   # settled once, for every reader
 
 
 def test_keys_see_only_their_own_files_and_batches(deployment):
