@@ -180,7 +180,7 @@ def _read_footer(entry: ListedFile, storage_options: dict | None, id_column: str
     try:
         footer = read_footer(fs, path, url, entry.num_bytes, WHOLE_FILE_BYTES if keep_columns else FOOTER_GUESS_BYTES)
         if not footer.metadata.num_rows:
-            return footer, None, None
+            return dataclasses.replace(footer, whole_file=None), None, None
         if keep_columns and footer.whole_file is not None:
             table = _read_columns(fs, path, footer, keep_columns + ((id_column,) if id_column else ()))
             if table is not None and kept.take(table.nbytes):
