@@ -110,3 +110,24 @@ def count_visible_gpus() -> int:
     except ImportError:
         return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+EXIT_DEVICE_FAULT = 75   # the engine process ends itself after a GPU fault; the supervisor restarts it
+
+# Messages of CUDA errors after which the process's CUDA context is unusable.
+_FAULT_MESSAGES = ("illegal memory access", "device-side assert", "unspecified launch failure", "uncorrectable ecc",
+                   "device has fallen off the bus", "cuda error: unknown error", "gpu is lost", "misaligned address",
+                   "illegal instruction", "cudaerrorlaunchfailure")
+
+
+def is_device_fault(exc: BaseException) -> bool:
+    """True for a CUDA error that poisons the context (an illegal memory access, a lost
+    device, an Xid): only a new process can use the GPU again. Out of memory is not one
+    (engine.oom recovers from it in the step)."""
+    import torch
+    if isinstance(exc, torch.OutOfMemoryError):
+        return False
+    message = str(exc).lower()
+    accelerator_error = getattr(torch, "AcceleratorError", ())
+    return (bool(accelerator_error) and isinstance(exc, accelerator_error)) or any(
+        text in message for text in _FAULT_MESSAGES)

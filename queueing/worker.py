@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ import pyarrow as pa
 from jobs.events import shard_events
 from jobs.records import JobRecord
 from jobs.store import ShardClaim
+from queueing.devices import EXIT_DEVICE_FAULT, is_device_fault
 from queueing.failpoints import crash_if_poisoned, failpoint
 from queueing.inference import infer
 from queueing.lease import LeaseKeeper
@@ -224,8 +226,18 @@ def end_stopped(runtime: Runtime, work: ShardWork, reason: str) -> ShardOutcome:
 
 
 def end_failed(runtime: Runtime, work: ShardWork, exc: Exception) -> ShardOutcome:
+    exit_if_device_fault(exc)
     work.lease.close()
     return _handle_failure(runtime, work.job, work.shard_index, work.claim, exc)
+
+
+def exit_if_device_fault(exc: Exception) -> None:
+    """A GPU fault poisons this process's CUDA context: the process ends at once (its
+    shards come back through their leases) and its supervisor starts a fresh one."""
+    if is_device_fault(exc):
+        log.critical("GPU fault, this engine process exits for its supervisor to restart it: %s", exc)
+        logging.shutdown()
+        os._exit(EXIT_DEVICE_FAULT)
 
 
 @dataclass(frozen=True)

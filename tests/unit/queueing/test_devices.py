@@ -74,3 +74,14 @@ def test_max_faults_comes_from_the_environment():
     assert max_faults_from_env({"BARGE_DEVICE_MAX_FAULTS": "2"}) == 2
     with pytest.raises(ValueError, match="BARGE_DEVICE_MAX_FAULTS"):
         max_faults_from_env({"BARGE_DEVICE_MAX_FAULTS": "0"})
+
+
+def test_a_cuda_fault_is_told_apart_from_out_of_memory_and_other_errors():
+    import torch
+
+    from queueing.devices import is_device_fault
+    assert is_device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert is_device_fault(RuntimeError("CUDA error: device-side assert triggered"))
+    assert not is_device_fault(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_device_fault(ValueError("prompt is empty"))
+    assert not is_device_fault(OSError("connection refused"))
