@@ -126,6 +126,11 @@ def _parser() -> argparse.ArgumentParser:
                              "cpu:N (default BARGE_DEVICES, else every visible GPU, else the CPU)")
     worker.set_defaults(func=_worker)
 
+    workers = commands.add_parser("workers", help="workers that beat recently: each engine's device and its figures")
+    workers.add_argument("--since", type=float, default=300.0, metavar="SECONDS",
+                         help="workers whose last beat is this recent (default 300)")
+    workers.set_defaults(func=_workers)
+
     add_webhook_commands(commands)
     add_secret_commands(commands)
     add_schedule_commands(commands)
@@ -269,6 +274,16 @@ def _jobs(args) -> int:
 def _worker(args) -> int:
     from queueing.supervisor import run_worker
     return run_worker(args.model, devices=args.devices, loglevel=args.loglevel, metrics_port=args.metrics_port)
+
+
+def _workers(args) -> int:
+    import time
+
+    from jobs.worker_beats import WorkerBeats
+    from jobs.worker_list import worker_lines
+    beats = WorkerBeats(Client().store.engine).list(since=time.time() - args.since)
+    print("\n".join(worker_lines(beats)))
+    return 0
 
 
 def _demo(args) -> int:

@@ -35,6 +35,7 @@ class EngineBeat:
     occupancy: float | None = None          # mean StepStats.occupancy over the steps since the last beat
     kv_cache_usage: float | None = None     # at the last step; None: no KV cache (embed) or no step yet
     num_seqs: int | None = None             # in the last step's batch
+    device: dict | None = None              # its process's device figures (queueing.device_telemetry.DeviceFigures)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import threading
 import time
 
 from jobs.worker_beats import EngineBeat, WorkerBeat, WorkerBeats
+from queueing.device_telemetry import DeviceTelemetry
+from queueing.devices import DeviceSlot
 from queueing.runtime import Runtime
 from queueing.usage import engine_settings
 
@@ -38,7 +40,7 @@ class StepTally:
             self._num_since_beat += 1
             self.last = stats
 
-    def take(self, settings: dict) -> EngineBeat:
+    def take(self, settings: dict, device: dict | None = None) -> EngineBeat:
         """The figures for one beat; the occupancy mean starts afresh after it."""
         with self._lock:
             occupancy = self._occupancy_sum / self._num_since_beat if self._num_since_beat else None
@@ -48,7 +50,7 @@ class StepTally:
                           occupancy=None if occupancy is None else round(occupancy, 4),
                           kv_cache_usage=None if last is None or last.kv_cache_usage is None
                           else round(last.kv_cache_usage, 4),
-                          num_seqs=None if last is None else last.num_seqs)
+                          num_seqs=None if last is None else last.num_seqs, device=device)
 
 
 class Heartbeat(threading.Thread):
@@ -59,6 +61,7 @@ class Heartbeat(threading.Thread):
         self.beats = WorkerBeats(runtime.store.engine)
         self.started_at = time.time()
         self.tallies: dict[tuple, StepTally] = {}   # engine key -> its tally
+        self.telemetry = DeviceTelemetry(getattr(runtime, "device", None) or DeviceSlot("cpu", 0))   # `barge workers`
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -81,10 +84,15 @@ class Heartbeat(threading.Thread):
 
     def _engines(self) -> list[EngineBeat]:
         found = []
+        try:
+            device = self.telemetry.read().to_dict()
+        except Exception:   # figures are a report: never a reason to miss a beat
+            log.warning("reading device figures failed", exc_info=True)
+            device = None
         for key, engine in list(self.runtime.engines.items()):
             tally = self.tallies.get(key)
             if tally is None:
                 tally = self.tallies[key] = StepTally()
                 engine.add_step_observer(tally)
-            found.append(tally.take(engine_settings(engine, key[0])))
+            found.append(tally.take(engine_settings(engine, key[0]), device))
         return found

@@ -110,6 +110,11 @@ def test_two_cpu_engine_processes_share_a_job_and_a_killed_one_comes_back(tmp_pa
         redone = next(s for s in client.store.list_shards(job.id) if s.shard_index == held.shard_index)
         assert redone.status == ShardStatus.COMMITTED and redone.worker_id != holder
         assert supervisor.poll() is None
+        # `barge workers` lists each engine process's slot with its device's figures (the CPU's here).
+        listing = subprocess.run([sys.executable, "-m", "jobs.cli", "workers"], env={**os.environ, **deployment.env},
+                                 capture_output=True, text=True, timeout=60)
+        slots = {line.split()[1] for line in listing.stdout.splitlines()[1:] if "GiB" in line}
+        assert slots == {"cpu:0", "cpu:1"}, listing.stdout + listing.stderr
 
 
 def test_an_oom_in_a_step_costs_no_row_and_lowers_the_budget(tmp_path):
