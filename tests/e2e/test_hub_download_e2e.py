@@ -26,6 +26,7 @@ from tests.support.stack import stack
 
 MINILM = "barge-test/all-MiniLM-L6-v2"
 PRIVATE = "barge-test/private-minilm"
+GGUF = "barge-test/SmolLM2-135M-Instruct-GGUF"
 TOKEN = "hf_barge_test_token"
 MAIN, CLS = "a" * 39 + "1", "c" * 39 + "2"
 NEEDED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -44,8 +45,11 @@ def hub():
     pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
     cls = {**files, "1_Pooling/config.json": json.dumps({**pooling, "pooling_mode_mean_tokens": False,
                                                          "pooling_mode_cls_token": True}).encode()}
+    gguf = {"SmolLM2-135M-Instruct.Q4_1.gguf": Path(registered_models({})["smollm2"]), "README.md": b"# GGUF",
+            "SmolLM2-135M-Instruct.Q8_0.gguf": b"GGUF" + b"\0" * 1024}   # never fetched: its bytes need not be real
     server = HubServer({MINILM: HubRepo({MAIN: files, CLS: cls}, {"main": MAIN, "cls-pooling": CLS}),
-                        PRIVATE: HubRepo({MAIN: files}, {"main": MAIN}, token=TOKEN)}).start()
+                        PRIVATE: HubRepo({MAIN: files}, {"main": MAIN}, token=TOKEN),
+                        GGUF: HubRepo({MAIN: gguf}, {"main": MAIN})}).start()
     yield server
     server.stop()
 
@@ -73,6 +77,16 @@ def test_pull_fetches_only_the_files_the_model_needs(hub, tmp_path):
     # Pulled once, found offline: what an air-gapped worker does.
     offline = barge(hub_env(hub, tmp_path / "home", HF_HUB_OFFLINE="1"), "models", "pull", MINILM)
     assert offline.returncode == 0 and MAIN in offline.stdout, offline.stderr
+
+
+def test_one_named_gguf_quantization_is_fetched_and_none_named_is_refused(hub, tmp_path):
+    env = hub_env(hub, tmp_path / "home")
+    ambiguous = barge(env, "models", "pull", GGUF)
+    assert ambiguous.returncode == 2 and "several GGUF quantizations" in ambiguous.stderr, ambiguous.stderr
+    assert "Q4_1, Q8_0" in ambiguous.stderr and hub.downloaded(GGUF) == set()
+    pulled = barge(env, "models", "pull", f"{GGUF}:Q4_1")
+    assert pulled.returncode == 0 and "generate model" in pulled.stdout, pulled.stderr
+    assert hub.downloaded(GGUF) == {"SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
 def test_a_model_that_cannot_be_fetched_is_refused_with_the_library_reason(hub, tmp_path):
