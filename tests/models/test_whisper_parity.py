@@ -50,8 +50,7 @@ def clips() -> dict[str, np.ndarray]:
 def expected(reference, clips) -> dict:
     """openai-whisper's greedy decode (language en, timestamps) and language probabilities
     per clip; the encoder runs once, batched, and both calls take its output."""
-    mels = torch.stack([whisper.log_mel_spectrogram(torch.from_numpy(samples), padding=N_SAMPLES_PER_CHUNK)[:, :3000]
-                        for samples in clips.values()])
+    mels = torch.stack([_window_mel(samples) for samples in clips.values()])
     with torch.inference_mode():
         features = reference.encoder(mels)
         results = whisper.decode(reference, features, DecodingOptions(language="en", temperature=0.0, fp16=False))
@@ -85,8 +84,7 @@ def _reference_beam(reference, clips: dict[str, np.ndarray], options: DecodingOp
     results = {}
     with torch.inference_mode():
         for name, samples in clips.items():
-            mel = whisper.log_mel_spectrogram(torch.from_numpy(samples), padding=N_SAMPLES_PER_CHUNK)[:, :3000]
-            results[name] = whisper.decode(reference, reference.encoder(mel[None]), options)[0]
+            results[name] = whisper.decode(reference, reference.encoder(_window_mel(samples)[None]), options)[0]
     return results
 
 
@@ -100,6 +98,13 @@ def beam_pair(request, asr, reference, clips) -> tuple[dict, dict]:
         language="en", temperature=0.0, beam_size=BEAM_SIZE, without_timestamps=not with_timestamps, fp16=False))
     ours = _decode_all(asr, chosen, DecodeOptions(beam_size=BEAM_SIZE, with_timestamps=with_timestamps))
     return theirs, ours
+
+
+def _window_mel(samples: np.ndarray) -> torch.Tensor:
+    """The log-Mel window openai-whisper's transcribe decodes a clip from: the clip's own
+    frames, then zeros to 30 s (Barge's windows are padded the same way)."""
+    mel = whisper.log_mel_spectrogram(torch.from_numpy(samples), padding=N_SAMPLES_PER_CHUNK)
+    return whisper.pad_or_trim(mel[:, :mel.shape[-1] - 3000], 3000)
 
 
 def _samples(path) -> np.ndarray:
