@@ -107,8 +107,8 @@ class Runtime:
         ref = resolve_model(job.spec.model)
         if ref.key != job.model_key:
             raise LookupError(f"{job.spec.model!r} resolves to {ref.key} on this worker, not {job.model_key}")
-        with self._lock:
-            self.models[ref.key] = ref
+        with self._lock:   # a new dict, not an insert: other threads (the heartbeat) iterate the old one
+            self.models = {**self.models, ref.key: ref}
 
     @property
     def serves_hub_models(self) -> bool:
