@@ -156,7 +156,12 @@ class Embedder:
             try:
                 vectors[rows] = self._forward(token_ids, rows, params)
             except torch.OutOfMemoryError as error:
-                pending[:0] = self._after_oom(error, rows, lengths, errors)
+                self._after_oom(error, rows, lengths, errors)
+                # Every batch still to run is planned again under the lowered budget: those
+                # planned before it would run out of memory the same way.
+                remaining = [row for batch in [rows, *pending] for row in batch if row not in errors]
+                pending = [[remaining[i] for i in part]
+                           for part in plan_batches([lengths[row] for row in remaining], self.max_batch_tokens)]
         return vectors, errors
 
     def _forward(self, token_ids: list[list[int]], rows: list[int], params: EmbedParams) -> np.ndarray:
@@ -169,19 +174,16 @@ class Embedder:
         pooled = finish(pool(hidden, batch.seq_lens, self.config.pooling), params.dimensions, params.normalize)
         return pooled.cpu().numpy()
 
-    def _after_oom(self, error: BaseException, rows: list[int], lengths: list[int],
-                   errors: dict[int, str]) -> list[list[int]]:
-        """The batches to run in place of `rows`: split under a lower budget; a row alone
-        becomes an error row."""
+    def _after_oom(self, error: BaseException, rows: list[int], lengths: list[int], errors: dict[int, str]) -> None:
+        """After `rows` ran out of memory: halve the budget below that batch's tokens, or,
+        for a row alone, make it an error row."""
         if len(rows) == 1:
             errors[rows[0]] = f"{OOM_ROW_ERROR} ({lengths[rows[0]]} tokens)"
             self.oom_guard.record(error, self.device, f"row of {lengths[rows[0]]} tokens made an error row")
-            return []
+            return
         batch_tokens = sum(lengths[row] for row in rows)
         self.max_batch_tokens = max(1, min(self.max_batch_tokens, batch_tokens) // 2)
         self.oom_guard.record(error, self.device, f"max_batch_tokens lowered to {self.max_batch_tokens}")
-        sub_lengths = [lengths[row] for row in rows]
-        return [[rows[i] for i in part] for part in plan_batches(sub_lengths, self.max_batch_tokens)]
 
 
 def text_error(text: object) -> str | None:

@@ -82,3 +82,14 @@ def test_generate_ends_a_request_that_cannot_fit_alone_with_an_error(tmp_path, m
     outputs = engine.generate([[5, 6, 7], list(range(3, 60))], SamplingParams(max_tokens=4, temperature=0.0))
     assert outputs[0].error is None and len(outputs[0].token_ids) == 4
     assert outputs[1].error.startswith(OOM_ROW_ERROR)
+
+
+def test_embed_lowers_its_budget_once_per_halving_it_needs(monkeypatch):
+    # Given batches planned at 2048 tokens and room for 300: one OOM at 2048 and more halvings
+    # only while a batch under the current budget still fails; later batches are planned again.
+    monkeypatch.setenv(INJECT_VARIABLE, "300")
+    engine = Engine.from_pretrained(MINILM, mode="embed")
+    outputs = engine.encode(texts(300))
+    assert all(o.error is None for o in outputs)
+    assert 150 < engine.max_batch_tokens <= 300      # 2048 -> 1024 -> 512 -> 256: not collapsed to 1
+    assert engine.settings["num_oom_retries"] == 3
