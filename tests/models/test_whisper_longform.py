@@ -63,3 +63,25 @@ def _alsa(name: str) -> np.ndarray:
     from engine.whisper.audio import load_audio
     audio = load_audio(ALSA_DIR / name)
     return audio.samples(0, audio.num_samples)
+
+
+def test_sequential_long_form_is_as_good_as_openai_whisper(asr):
+    """long_form="sequential" on a ~60-s recording of two voices with short and long
+    pauses: its word error rate is within 0.01 of openai-whisper's transcribe on the same
+    tiny.en weights (the full comparison, >= 5 minutes, is bench/transcribe_bench.py)."""
+    import whisper
+    from tests.support.whisper_models import openai_reference
+    sentences = SENTENCES[:12]
+    parts = [silence(0.4)]
+    for i, sentence in enumerate(sentences):
+        parts += [espeak(sentence, voice="en-gb" if i % 3 == 2 else "en-us", speed_wpm=140 + 10 * (i % 4)),
+                  silence(GAPS_S[i % len(GAPS_S)] * (0.4 if i % 2 else 1.0))]
+    audio = np.concatenate(parts)
+    assert 45 <= len(audio) / 16_000 <= 90
+    [ours] = asr.transcribe([audio], long_form="sequential")
+    theirs = whisper.transcribe(openai_reference(tiny_en_path()), audio, fp16=False)
+    expected = " ".join(sentences)
+    assert word_error_rate(expected, ours.text) <= word_error_rate(expected, theirs["text"]) + 0.01, (
+        ours.text, theirs["text"])
+    starts = [s.start for s in ours.segments]
+    assert starts == sorted(starts) and all(0 <= s.start <= s.end <= ours.duration_s for s in ours.segments)
