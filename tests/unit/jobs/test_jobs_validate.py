@@ -228,4 +228,23 @@ def test_a_transcribe_job_may_ask_for_beam_search_within_limits(corpus, tmp_path
     job = dict(mode="transcribe", model="whisper-tiny.en", input_column="text")
     assert check_job(spec(corpus, tmp_path, **job, params={"beam_size": 5}))
     error = refusal(spec(corpus, tmp_path, **job, params={"beam_size": 17}))
-    assert error.field == "params" and "beam_size must be an integer from 1 (greedy) to 16" in error.problem
+    assert error.field == "params.beam_size" and "beam_size must be an integer from 1 (greedy) to 16" in error.problem
+
+
+@pytest.mark.parametrize("params, field, problem", [
+    ({"language": "xx"}, "params.language", "'xx'"),
+    ({"language": "English"}, "params.language", "language code"),
+    ({"long_form": "chunks"}, "params.long_form", "long_form must be one of"),
+])
+def test_a_bad_transcribe_param_is_refused_naming_it(corpus, tmp_path, params, field, problem):
+    job = dict(mode="transcribe", model="whisper-tiny.en", input_column="text")
+    error = refusal(spec(corpus, tmp_path, **job, params=params))
+    assert error.field == field and problem in error.problem
+
+
+def test_a_transcribe_job_may_ask_for_words_detection_and_sequential_windows(corpus, tmp_path):
+    job = dict(mode="transcribe", model="whisper-tiny.en", input_column="text")
+    assert check_job(spec(corpus, tmp_path, **job, params={"word_timestamps": True, "language": None,
+                                                           "long_form": "sequential"}))
+    with pytest.raises(JobSpecError, match="params.word_timestamps: must be a boolean"):
+        spec(corpus, tmp_path, **job, params={"word_timestamps": "yes"})
