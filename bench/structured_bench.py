@@ -65,6 +65,28 @@ def set_jump_forward(engine: Engine, enabled: bool) -> None:
     engine.llm.options = dataclasses.replace(engine.llm.options, enable_jump_forward=enabled)
 
 
+class GrammarClock:
+    """Wall seconds spent in the grammar's host work inside real runs (masks filled and
+    applied in the sampler, tokens accepted by the matchers): what of a constrained run's
+    wall time is the grammar's, measured in place rather than replayed."""
+
+    def __init__(self):
+        import engine.generate.grammar as grammar
+        import engine.generate.sampler as sampler
+        self.seconds = 0.0
+        sampler.apply_grammar_masks = self._timed(sampler.apply_grammar_masks)
+        grammar.RequestGrammar.accept = self._timed(grammar.RequestGrammar.accept)
+
+    def _timed(self, function):
+        def timed_call(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+        return timed_call
+
+
 def timed(engine: Engine, prompts, params) -> tuple[list, float, float]:
     """Outputs, wall seconds, and this process's CPU seconds (all its threads): on a machine
     shared with other work, CPU time is the steadier measure of what a run cost."""
@@ -78,6 +100,7 @@ def bench_rate(engine: Engine, prompts, max_tokens: int, repeats: int) -> None:
     rates = {"unconstrained": [], "schema, jump-forward off": [], "schema, jump-forward on": []}
     cpu_rates = {name: [] for name in rates}
     step_ms = []
+    clock, grammar_share = GrammarClock(), []
     set_jump_forward(engine, False)
     outputs, _, _ = timed(engine, prompts, constrained)
     num_tokens = sum(o.num_output_tokens for o in outputs)
@@ -87,12 +110,20 @@ def bench_rate(engine: Engine, prompts, max_tokens: int, repeats: int) -> None:
     for repeat in range(repeats):
         for name, jump_forward, params in (runs if repeat % 2 == 0 else runs[::-1]):   # the order alternates
             set_jump_forward(engine, jump_forward)
+            grammar_started = clock.seconds
             outputs, seconds, cpu_seconds = timed(engine, prompts, params)
+            if name == "schema, jump-forward off":
+                grammar_share.append((clock.seconds - grammar_started) / seconds)
             rates[name].append(sum(o.num_output_tokens for o in outputs) / seconds)
             cpu_rates[name].append(sum(o.num_output_tokens for o in outputs) / cpu_seconds)
             if name == "unconstrained":
                 step_ms.append(1000 * seconds / engine.llm.last_run.num_steps)
     print(f"\n1. rate: {len(prompts)} prompts, {num_tokens} output tokens per run, median of {repeats}")
+    # A paired ratio compares the two runs of one round, seconds apart: a load that changes
+    # over minutes moves both, where the ratio of two medians lets it in.
+    paired = [schema / base for schema, base in zip(rates["schema, jump-forward off"], rates["unconstrained"])]
+    print(f"   paired wall ratio, schema (jump-forward off) / unconstrained, per round: "
+          f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}x")
     base, cpu_base = statistics.median(rates["unconstrained"]), statistics.median(cpu_rates["unconstrained"])
     for name, values in rates.items():
         rate, cpu_rate = statistics.median(values), statistics.median(cpu_rates[name])
@@ -101,6 +132,8 @@ def bench_rate(engine: Engine, prompts, max_tokens: int, repeats: int) -> None:
     grammar_ms = grammar_ms_per_step(engine, constrained.structured, [o.token_ids for o in outputs])
     print(f"   grammar work per step (mask fill + apply + accept, replayed on the same tokens): {grammar_ms:.2f} ms; "
           f"an unconstrained step: {statistics.median(step_ms):.0f} ms")
+    print(f"   grammar work inside the constrained runs (jump-forward off), share of their wall time: "
+          f"{', '.join(f'{100 * share:.1f}%' for share in grammar_share)}")
 
 
 def grammar_ms_per_step(engine: Engine, structured, token_ids: list[list[int]]) -> float:
