@@ -69,9 +69,9 @@ def record_calls(monkeypatch, engine: RecordingEngine):
     import queueing.worker as worker
     real_infer = worker.infer
 
-    def infer(eng, job, ids, inputs):
+    def infer(eng, job, ids, inputs, row_params=None):
         engine.calls.append(ids.to_pylist())
-        return real_infer(eng, job, ids, inputs)
+        return real_infer(eng, job, ids, inputs, row_params)
     monkeypatch.setattr(worker, "infer", infer)
 
 
