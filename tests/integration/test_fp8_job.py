@@ -153,8 +153,8 @@ def test_in_the_pipeline_an_fp8_job_and_a_16_bit_job_never_share_an_engine(deplo
     runtime.models[key] = resolve_model("minilm")
     calls = []   # (engine's quantization, job id) per engine call
     real_infer = worker.infer
-    monkeypatch.setattr(worker, "infer", lambda engine, job, ids, inputs: (
-        calls.append((engine.settings["quantization"], job.id)), real_infer(engine, job, ids, inputs))[1])
+    monkeypatch.setattr(worker, "infer", lambda engine, job, ids, inputs, row_params=None: (
+        calls.append((engine.settings["quantization"], job.id)), real_infer(engine, job, ids, inputs, row_params))[1])
     corpus = tmp_path / "corpus.parquet"
     pq.write_table(pa.table({"text": sample_sentences(120)}), corpus, row_group_size=40)
     jobs = {}
