@@ -75,7 +75,7 @@ class LLMEngine:
         kv_cache = allocate_kv_cache(config, num_blocks, options.block_size, dtype, device)
         self.runner = ModelRunner(model, kv_cache, options.block_size, device)
         if options.seed is not None:
-            self.runner.sampler.generator.manual_seed(options.seed)
+            self.runner.sampler.seed = options.seed
         self.eos_token_ids = frozenset(config.eos_token_ids) | _token_set(tokenizer.token_id(tokenizer.eos_token))
         self.token_pieces = TokenPieces(tokenizer, config.vocab_size, self.eos_token_ids)   # built when first asked
         self.last_run = RunStats()

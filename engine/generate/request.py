@@ -5,8 +5,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-import torch
-
 from engine.generate.grammar import RequestGrammar
 from engine.generate.sampling_params import SamplingParams
 
@@ -49,15 +47,12 @@ class Request:
     logprobs: list[dict[int, float]] = field(default_factory=list)
     prompt_logprobs: list[dict[int, float] | None] = field(default_factory=list)
     stop_text_len: int | None = None    # where a stop string cut the text
-    generator: torch.Generator | None = None
     grammar: RequestGrammar | None = None       # set when params.structured is: the output's matcher
     num_forced_tokens: int = 0          # output tokens appended by jump-forward, not sampled
     error: str | None = None            # why the request was ended without running (its output's error)
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids)
-        if self.params.seed is not None:
-            self.generator = torch.Generator().manual_seed(self.params.seed)
 
     @property
     def num_tokens(self) -> int:

@@ -1,24 +1,111 @@
-"""Sampler: one token per row from its logits, by that row's SamplingParams."""
+"""Sampler: one token per row from its logits, by that row's SamplingParams, vectorised over
+the batch on the device the logits live on.
+
+NOTE: the randomness is counter-based, not drawn from a generator. A random row takes the
+argmax of logits / T + Gumbel noise (which draws from softmax(logits / T)), and the noise of
+vocabulary entry v is a function of three integers only:
+
+    key       the request's seed (SamplingParams.seed), or, without one, the engine's seed
+              and the request's id
+    position  the request's output position: how many output tokens it has so far
+    v         the vocabulary index
+
+hashed to 32 bits with integer ops (`_mix32`: multiply, xor, shift, masked to 32 bits in
+int64, so nothing overflows) on the logits' device. The bits are therefore the same on CPU
+and CUDA by construction, and a row's tokens depend on nothing its batch neighbours do: the
+promise a seed makes ("the same tokens everywhere") kept without a per-row draw on the host.
+Only the float steps after the hash (two logs) and the logits themselves may round
+differently across devices. Streams drawn before this scheme (per-request CPU generators)
+are not reproduced: a seed gives a new, but again fixed, stream.
+
+Per step the host copies each row's parameters to the device once, and the device copies
+back the sampled ids once, plus the logprob figures once when any row asks for them.
+"""
 
 from __future__ import annotations
+
+import random
+from dataclasses import dataclass
 
 import torch
 
 from engine.generate.grammar import apply_grammar_masks
 from engine.generate.request import Request
 
+MASK32 = 0xFFFFFFFF
+MIX_MULTIPLIER = 0x45D9F3B      # T. Mueller's 32-bit finaliser: < 2^27, so x * it stays below 2^59
+UNIFORM_BITS = 23               # a float32 holds (k + 0.5) / 2^23 exactly, and it is never 0 nor 1
+SEEDED, UNSEEDED = 1, 2         # domains: a seed never collides with an (engine seed, request id) pair
+
+
+def _mix32(x):
+    """A bijection of [0, 2^32) with full avalanche, on a Python int or an int64 tensor alike."""
+    x = ((x >> 16) ^ x) * MIX_MULTIPLIER & MASK32
+    x = ((x >> 16) ^ x) * MIX_MULTIPLIER & MASK32
+    return (x >> 16) ^ x
+
+
+def _fold(*words: int) -> int:
+    """Non-negative ints of any size -> 32 bits, each word's length folded in with it."""
+    state = 0x9E3779B9
+    for word in words:
+        chunks = [(word >> shift) & MASK32 for shift in range(0, max(word.bit_length(), 1), 32)]
+        for chunk in (len(chunks), *chunks):
+            state = _mix32(state ^ chunk)
+    return state
+
+
+def row_key(request: Request, engine_seed: int) -> int:
+    """32 bits naming the request's random stream, the same wherever it runs."""
+    if request.params.seed is not None:
+        return _fold(SEEDED, request.params.seed)
+    return _fold(UNSEEDED, engine_seed, request.request_id)
+
+
+def gumbel_noise(row_bases: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """row_bases int64 [rows] (a row's key and position, folded) -> float32 [rows, vocab] of
+    standard Gumbel noise, -log(-log(U)) with U the hash of (row base, vocab index)."""
+    vocab = torch.arange(vocab_size, dtype=torch.int64, device=row_bases.device)
+    bits = vocab[None, :] ^ row_bases[:, None]
+    for _ in range(2):      # _mix32 in place: a [rows, vocab] tensor is the step's largest
+        bits.bitwise_xor_(bits >> 16).mul_(MIX_MULTIPLIER).bitwise_and_(MASK32)
+    bits.bitwise_xor_(bits >> 16)
+    uniform = (bits >> (32 - UNIFORM_BITS)).float().add_(0.5).mul_(2.0 ** -UNIFORM_BITS)
+    return uniform.log_().neg_().log_().neg_()
+
+
+@dataclass
+class SamplingBatch:
+    """The random rows' parameters on the logits' device, copied there in one transfer."""
+
+    temperatures: torch.Tensor      # float32 [rows, 1]; 1 for greedy rows (their draw is discarded)
+    top_k: torch.Tensor | None      # int64 [rows]; vocab_size where unset; None when no row sets top-k/top-p
+    top_p: torch.Tensor | None      # float32 [rows]; 1 where unset
+    row_bases: torch.Tensor         # int64 [rows]: _fold-ed (key, output position) per row
+    is_greedy: torch.Tensor         # bool [rows]
+
+    @classmethod
+    def build(cls, requests: list[Request], engine_seed: int, vocab_size: int,
+              device: torch.device) -> "SamplingBatch":
+        columns = [(float(p.is_greedy), 1.0 if p.is_greedy else p.temperature, min(p.top_k or vocab_size, vocab_size),
+                    p.top_p, _mix32(row_key(r, engine_seed) ^ _mix32(r.num_output_tokens & MASK32)))
+                   for r in requests for p in (r.params,)]
+        # float64 holds every column exactly (sizes and 32-bit keys); one host-to-device copy.
+        table = torch.tensor(columns, dtype=torch.float64).to(device, non_blocking=True)
+        is_filtered = any(r.params.top_k is not None or r.params.top_p < 1.0 for r in requests)
+        return cls(temperatures=table[:, 1:2].float(),
+                   top_k=table[:, 2].long() if is_filtered else None,
+                   top_p=table[:, 3].float() if is_filtered else None,
+                   row_bases=table[:, 4].long(), is_greedy=table[:, 0] == 1.0)
+
 
 class Sampler:
-    """Greedy rows take the argmax; the others are drawn with the exponential race
-    (argmax of p / Exp(1)), one draw per row from the request's own generator when it
-    has a seed, so a row's tokens do not depend on what else shares its batch."""
+    """Greedy rows take the argmax; the others are drawn by the Gumbel-max trick with the
+    counter-based noise above, so a row's tokens do not depend on what else shares its batch,
+    nor on the device."""
 
     def __init__(self, seed: int | None = None):
-        self.generator = torch.Generator()     # unseeded requests share this one
-        if seed is None:
-            self.generator.seed()
-        else:
-            self.generator.manual_seed(seed)
+        self.seed = random.getrandbits(64) if seed is None else seed    # for requests without their own
 
     def __call__(self, logits: torch.Tensor, requests: list[Request]) -> tuple[list[int], list[dict | None]]:
         """logits float32 [num_rows, vocab] -> token per row, and {token: logprob} per row when asked."""
@@ -26,56 +113,64 @@ class Sampler:
             return [], []
         # Before everything else, so that greedy, sampled and logprob rows all see the grammar.
         apply_grammar_masks(logits, [request.grammar for request in requests])
-        token_ids = logits.argmax(dim=-1)
-        random_rows = [row for row, request in enumerate(requests) if not request.params.is_greedy]
-        if random_rows:
-            token_ids[random_rows] = self._draw(logits[random_rows], [requests[row] for row in random_rows])
-        chosen = token_ids.tolist()
-        logprobs = [None] * len(requests)
+        token_ids = self.sample(logits, requests)
         asking = [row for row, request in enumerate(requests) if request.params.logprobs is not None]
-        if asking:
-            num_top = max(requests[row].params.logprobs for row in asking)
-            scored = top_logprobs(logits[asking], [chosen[row] for row in asking], num_top)
-            for row, entry in zip(asking, scored):
-                logprobs[row] = _keep_top(entry, chosen[row], requests[row].params.logprobs)
+        scored = self._score(logits, token_ids, requests, asking) if asking else []
+        chosen = token_ids.tolist()         # the step's one device-to-host copy of the ids
+        logprobs = [None] * len(requests)
+        for row, entry in zip(asking, scored):
+            logprobs[row] = _keep_top(entry, chosen[row], requests[row].params.logprobs)
         return chosen, logprobs
 
-    def _draw(self, logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
-        temperatures = torch.tensor([r.params.temperature for r in requests], dtype=logits.dtype, device=logits.device)
-        logits = logits / temperatures[:, None]
-        if any(r.params.top_k is not None or r.params.top_p < 1.0 for r in requests):
-            logits = _top_k_top_p(logits, requests)
-        probs = logits.softmax(dim=-1)
-        # Drawn on CPU from CPU generators wherever the model runs: a seed means the same tokens everywhere.
-        noise = torch.empty(probs.shape)
-        for row, request in enumerate(requests):
-            noise[row].exponential_(generator=request.generator or self.generator)
-        return (probs / noise.to(probs.device)).argmax(dim=-1)
+    def sample(self, logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+        """int64 [num_rows] on the logits' device; nothing is copied back."""
+        greedy = logits.argmax(dim=-1)
+        if all(request.params.is_greedy for request in requests):
+            return greedy
+        batch = SamplingBatch.build(requests, self.seed, logits.shape[-1], logits.device)
+        scaled = logits / batch.temperatures
+        if batch.top_k is not None:
+            scaled = top_k_top_p(scaled, batch.top_k, batch.top_p)
+        drawn = (scaled + gumbel_noise(batch.row_bases, logits.shape[-1])).argmax(dim=-1)
+        return torch.where(batch.is_greedy, greedy, drawn)
+
+    @staticmethod
+    def _score(logits: torch.Tensor, token_ids: torch.Tensor, requests: list[Request],
+               asking: list[int]) -> list[dict[int, float]]:
+        num_top = max(requests[row].params.logprobs for row in asking)
+        rows = torch.tensor(asking, device=logits.device)
+        return top_logprobs(logits[rows], token_ids[rows], num_top)
 
 
-def _top_k_top_p(logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
-    """Mask to -inf everything outside each row's top-k and top-p nucleus."""
+def top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask to -inf everything outside each row's top-k and top-p nucleus; a row with top_k =
+    vocab and top_p = 1 comes back unchanged, so it samples as it would alone."""
     vocab = logits.shape[-1]
-    top_k = torch.tensor([min(r.params.top_k or vocab, vocab) for r in requests], device=logits.device)
-    top_p = torch.tensor([r.params.top_p for r in requests], dtype=logits.dtype, device=logits.device)
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     ranks = torch.arange(vocab, device=logits.device)[None, :]
     outside = ranks >= top_k[:, None]
     probs = sorted_logits.masked_fill(outside, float("-inf")).softmax(dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs      # the likeliest token is always kept
-    outside |= mass_before >= top_p[:, None]
+    # top_p < 1 only: a rounded cumulative sum may pass 1.0 in a row that asked for no nucleus.
+    outside |= (mass_before >= top_p[:, None]) & (top_p[:, None] < 1.0)
     return logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
 
 
-def top_logprobs(logits: torch.Tensor, chosen: list[int], num_top: int) -> list[dict[int, float]]:
-    """Per row: the chosen token's log-probability under the model, plus the num_top likeliest."""
+def top_logprobs(logits: torch.Tensor, chosen: torch.Tensor | list[int], num_top: int) -> list[dict[int, float]]:
+    """Per row: the chosen token's log-probability under the model, plus the num_top likeliest.
+    The figures come back to the host in one copy."""
     logprobs = logits.float().log_softmax(dim=-1)
-    chosen_logprobs = logprobs.gather(-1, torch.tensor(chosen, device=logits.device)[:, None]).squeeze(-1).tolist()
-    top_values, top_ids = logprobs.topk(num_top, dim=-1) if num_top else (None, None)
+    chosen = torch.as_tensor(chosen, dtype=torch.int64, device=logits.device)
+    columns = [chosen[:, None].double(), logprobs.gather(-1, chosen[:, None]).double()]
+    if num_top:
+        top_values, top_ids = logprobs.topk(num_top, dim=-1)
+        columns += [top_ids.double(), top_values.double()]     # float64: token ids and float32 values exactly
+    table = torch.cat(columns, dim=-1).cpu().tolist()
     entries = []
-    for row, token_id in enumerate(chosen):
-        entry = dict(zip(top_ids[row].tolist(), top_values[row].tolist())) if num_top else {}
-        entry[token_id] = chosen_logprobs[row]
+    for row in table:
+        token_id, chosen_logprob = int(row[0]), row[1]
+        entry = dict(zip(map(int, row[2:2 + num_top]), row[2 + num_top:])) if num_top else {}
+        entry[token_id] = chosen_logprob
         entries.append(entry)
     return entries
 
