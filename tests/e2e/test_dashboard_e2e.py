@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -45,13 +44,13 @@ def deployment(tmp_path_factory):
     env = {"BARGE_API_ROWS_PER_SHARD": "1", "BARGE_WEBHOOK_RETRY_BASE_S": "1"}
     with stack("embedded", root / "barge", env=env) as deployment:
         deployment.root = root
-        worker = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "worker", "--model", "smollm2"], "worker.log")
+        worker = deployment.spawn([sys.executable, "-m", "jobs.cli", "worker", "--model", "smollm2"], "worker.log")
         deployment.workers.append(worker)
         port = free_port()
-        server = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
+        server = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
         deployment.workers.append(server)
         deployment.base = f"http://127.0.0.1:{port}"
-        deployment.keys = {name: _create_key(deployment, name) for name in ("alice", "bob")}
+        deployment.keys = {name: deployment.create_api_key(name) for name in ("alice", "bob")}
         wait_ready(worker)
         wait_for(lambda: _is_serving(deployment.base), 60, "barge serve to answer")
         yield deployment
@@ -70,21 +69,6 @@ def screenshots(tmp_path_factory) -> Path:
     path = Path(folder) if folder else tmp_path_factory.mktemp("screens")
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _spawn(deployment, argv: list[str], log_name: str) -> subprocess.Popen:
-    deployment.data_dir.mkdir(parents=True, exist_ok=True)
-    log_path = deployment.data_dir / log_name
-    process = subprocess.Popen(argv, env={**os.environ, **deployment.env}, stdout=open(log_path, "wb"),
-                               stderr=subprocess.STDOUT)
-    process.log_path = log_path
-    return process
-
-
-def _create_key(deployment, name: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "api-key", "create", "--name", name],
-                          env={**os.environ, **deployment.env}, capture_output=True, text=True, check=True)
-    return done.stdout.strip().splitlines()[-1]
 
 
 def _is_serving(base: str) -> bool:

@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs import JobSpec, JobStatus, ShardStatus
-from tests.support.stack import free_port, stack
+from tests.support.stack import free_port, stack, wait_until
 
 FAST_RECOVERY = {"BARGE_LEASE_S": "3", "BARGE_HOUSEKEEPING_S": "0.5", "BARGE_REQUEUE_AFTER_S": "10",
                  "BARGE_CHUNK_ROWS": "32"}
@@ -57,16 +56,6 @@ def engine_pids(log_text: str) -> dict[str, list[int]]:
     for slot, pid in re.findall(r"engine process (\S+) started \(pid (\d+)", log_text):
         pids.setdefault(slot, []).append(int(pid))
     return pids
-
-
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def assert_every_row_once(job, num_rows: int, output: Path) -> dict:

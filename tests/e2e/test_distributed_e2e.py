@@ -18,7 +18,7 @@ from sqlalchemy import update
 from jobs import JobSpec, JobStatus, ShardStatus, tables
 from jobs.client import JobFailed
 from tests.support.receiver import WebhookReceiver
-from tests.support.stack import stack
+from tests.support.stack import stack, wait_until
 
 # A worker killed between taking a shard's message and claiming the shard loses the
 # message (it was acknowledged on start); the housekeeper sends such a shard again after
@@ -41,16 +41,6 @@ def write_corpus(folder, num_rows: int, rows_per_file: int, poison_row: int | No
 def submit(client, tmp_path, name: str, *, corpus, rows_per_shard: int, **fields):
     return client.submit(JobSpec(mode="embed", model="minilm", input=str(corpus), id_column="doc_id",
                                  output=str(tmp_path / f"out-{name}"), max_rows_per_shard=rows_per_shard, **fields))
-
-
-def wait_until(predicate, timeout_s: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def running_shard(client, job):

@@ -49,33 +49,16 @@ def deployment(tmp_path_factory):
 
 def _serve(deployment, models: list[str]) -> None:
     """A worker serving `models`, `barge serve` beside it, and two keys (alice's, bob's)."""
-    worker = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "worker",
-                                 *[arg for model in models for arg in ("--model", model)]], "worker-0.log")
+    worker = deployment.spawn([sys.executable, "-m", "jobs.cli", "worker",
+                               *[arg for model in models for arg in ("--model", model)]], "worker-0.log")
     deployment.workers.append(worker)
     port = free_port()
-    server = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
+    server = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
     deployment.workers.append(server)   # stopped with the workers (SIGTERM)
     deployment.base_url = f"http://127.0.0.1:{port}/v1"
-    deployment.keys = [_create_key(deployment, name) for name in ("alice", "bob")]
+    deployment.keys = [deployment.create_api_key(name) for name in ("alice", "bob")]
     wait_ready(worker)
     _wait_serving(server, deployment.base_url)
-
-
-def _spawn(deployment, argv: list[str], log_name: str, env: dict | None = None) -> subprocess.Popen:
-    import os
-    deployment.data_dir.mkdir(parents=True, exist_ok=True)
-    log_path = deployment.data_dir / log_name
-    process = subprocess.Popen(argv, env={**os.environ, **deployment.env, **(env or {})}, stdout=open(log_path, "wb"),
-                               stderr=subprocess.STDOUT)
-    process.log_path = log_path
-    return process
-
-
-def _create_key(deployment, name: str) -> str:
-    import os
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "api-key", "create", "--name", name],
-                          env={**os.environ, **deployment.env}, capture_output=True, text=True, check=True)
-    return done.stdout.strip().splitlines()[-1]
 
 
 def _wait_serving(server: subprocess.Popen, base_url: str, timeout_s: float = 60.0) -> None:
@@ -313,8 +296,8 @@ def test_a_server_killed_between_recording_a_batch_and_making_its_job_leaves_a_b
     batch that reads `validating`, then `failed` once its job is clearly never coming,
     and no job that nobody reads."""
     port = free_port()
-    doomed = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve-doomed.log",
-                    env={"BARGE_FAILPOINTS": "after_batch_record=kill"})
+    doomed = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve-doomed.log",
+                  env={"BARGE_FAILPOINTS": "after_batch_record=kill"})
     deployment.workers.append(doomed)
     doomed_url = f"http://127.0.0.1:{port}/v1"
     _wait_serving(doomed, doomed_url)
@@ -329,8 +312,8 @@ def test_a_server_killed_between_recording_a_batch_and_making_its_job_leaves_a_b
     assert orphan.status == "validating"                       # its job may still be on the way
     assert len(deployment.client().jobs(limit=1000)) == jobs_before   # and none was made
     port = free_port()
-    patient = _spawn(deployment, [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve-short.log",
-                     env={"BARGE_API_ORPHAN_AFTER_S": "1"})
+    patient = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve-short.log",
+                   env={"BARGE_API_ORPHAN_AFTER_S": "1"})
     deployment.workers.append(patient)
     _wait_serving(patient, f"http://127.0.0.1:{port}/v1")
     time.sleep(1.5)

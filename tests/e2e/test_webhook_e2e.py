@@ -5,10 +5,8 @@ shard and progress events) arrives once the receiver comes up, signed and verifi
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,24 +14,10 @@ import pyarrow.parquet as pq
 from jobs import JobSpec, JobStatus
 from jobs.events import is_progress_step
 from tests.support.receiver import WebhookReceiver
-from tests.support.stack import stack
+from tests.support.stack import free_port, stack, wait_until
 from webhooks import verify
 
 NUM_ROWS, ROWS_PER_SHARD = 60, 20
-
-
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return value
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_events_arrive_after_the_receiver_comes_up(tmp_path):

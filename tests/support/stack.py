@@ -68,6 +68,21 @@ class Stack:
     def worker_logs(self) -> str:
         return "\n".join(Path(p.log_path).read_text()[-3000:] for p in self.workers)
 
+    def spawn(self, argv: list[str], log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Any other process of this deployment (barge serve, a CLI), its output in data_dir/log_name."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.data_dir / log_name
+        process = subprocess.Popen(argv, env={**os.environ, **self.env, **(env or {})}, stdout=open(log_path, "wb"),
+                                   stderr=subprocess.STDOUT)
+        process.log_path = log_path
+        return process
+
+    def create_api_key(self, name: str) -> str:
+        """A new API key, made with `barge api-key create` as an operator does."""
+        done = subprocess.run([sys.executable, "-m", "jobs.cli", "api-key", "create", "--name", name],
+                              env={**os.environ, **self.env}, capture_output=True, text=True, check=True)
+        return done.stdout.strip().splitlines()[-1]
+
 
 def wait_ready(process: subprocess.Popen, timeout_s: float = 180.0) -> None:
     """Until the worker logs that Celery is ready; RuntimeError with its log if it exits first."""
@@ -76,6 +91,17 @@ def wait_ready(process: subprocess.Popen, timeout_s: float = 180.0) -> None:
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"worker did not start:\n{Path(process.log_path).read_text()[-4000:]}")
         time.sleep(0.2)
+
+
+def wait_until(predicate, timeout_s: float = 120.0, what: str = "condition"):
+    """predicate's first truthy value, polled every 0.1 s; AssertionError naming `what` at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def free_port() -> int:
