@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.whisper.config import HOP_LENGTH, SAMPLE_RATE
+from engine.whisper.decoder_step import attention_backends
 from engine.whisper.dtw import dtw, median_filter
 from engine.whisper.model import Whisper
 from engine.whisper.tokenizer import WhisperTokenizer
@@ -91,6 +92,12 @@ def decoder_pass(model: Whisper, sequences: list[list[int]], features: torch.Ten
     """Padded sequences through the decoder -> (logits [b, T, vocab], cross-attention
     scores of `heads` (default: the alignment heads) [b, heads, T, n_audio_ctx], float32;
     None without heads)."""
+    with attention_backends(features.device):     # no cuDNN plan per batch length (decoder_step.py)
+        return _decoder_pass(model, sequences, features, heads)
+
+
+def _decoder_pass(model: Whisper, sequences: list[list[int]], features: torch.Tensor,
+                  heads: list[tuple[int, int]] | None):
     decoder = model.decoder
     heads = alignment_heads(model) if heads is None else heads
     device = features.device

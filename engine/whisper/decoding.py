@@ -2,6 +2,9 @@
 
     step():  admit → encode + cross K/V → (step observers) → decoder step (one token per slot) → sample → release
 
+The decoder step is engine.whisper.decoder_step's: eager on CPU, static buckets replayed
+as CUDA graphs on CUDA.
+
 A request's first tokens are forced (the start-of-transcript sequence); the logits after
 <|startoftranscript|> also give its no-speech probability and, when no language was
 given, the detected language, whose tokens are then forced next.
@@ -21,6 +24,7 @@ from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
 from engine.whisper.beam import BeamSearch
 from engine.whisper.config import HOP_LENGTH, N_SAMPLES_PER_CHUNK
+from engine.whisper.decoder_step import DecoderStep, attention_backends
 from engine.whisper.kv_cache import DecoderCache
 from engine.whisper.logit_rules import LogitRules, max_initial_timestamp_index
 from engine.whisper.mel import log_mel
@@ -32,11 +36,13 @@ from engine.whisper.tokenizer import WhisperTokenizer
 
 class ChunkDecoder:
     def __init__(self, model: Whisper, tokenizer: WhisperTokenizer, rules: LogitRules,
-                 max_slots: int, max_admit: int):
+                 max_slots: int, max_admit: int, use_graphs: bool | None = None):
         parameter = next(model.parameters())
         self.model, self.tokenizer, self.rules = model, tokenizer, rules
         self.device, self.dtype = parameter.device, parameter.dtype
         self.cache = DecoderCache(model.config, max_slots, self.dtype, self.device)
+        # CUDA: static buckets replayed as graphs (use_graphs=False: static, eager); CPU: eager.
+        self.decoder_step = DecoderStep.for_device(model, self.cache, use_graphs)
         self.scheduler = Scheduler(self.cache, max_admit)
         self.num_steps = 0         # decoder steps run, for stats and benchmarks
         self.num_encoded = 0       # chunks through the encoder (fallback re-runs reuse theirs)
@@ -68,6 +74,10 @@ class ChunkDecoder:
     @torch.inference_mode()
     def step(self) -> list[DecodeRequest]:
         """One decoder step over every running request; returns those that finished."""
+        with attention_backends(self.device):
+            return self._step()
+
+    def _step(self) -> list[DecodeRequest]:
         admitted = self.scheduler.admit(lambda request: request.is_ready)
         if admitted:
             self._start(admitted)
@@ -76,9 +86,7 @@ class ChunkDecoder:
             return []
         if self.step_observers:
             notify(self.step_observers, self._step_stats(len(running)))
-        tokens = torch.tensor([r.next_token for r in running], device=self.device)
-        positions = torch.tensor([r.position for r in running], device=self.device)
-        logits = self.model.decoder.step(tokens, positions, self.cache)
+        logits = self.decoder_step([r.next_token for r in running], [r.position for r in running])
         self.num_steps += 1
         finished = self._advance(running, logits)
         self.scheduler.release(finished)

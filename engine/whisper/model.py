@@ -86,7 +86,8 @@ class DecoderBlock(nn.Module):
 
     def step(self, x: torch.Tensor, layer: int, cache: DecoderCache, positions: torch.Tensor,
              self_mask: torch.Tensor) -> torch.Tensor:
-        """x [n, 1, state] for slots 0..n-1, each at its own position."""
+        """x [n, 1, state] for slots 0..n-1, each at its own position; its self K/V row is
+        written into the cache in place, then attended with the rows before it."""
         n, length = x.shape[0], self_mask.shape[-1]
         slots = torch.arange(n, device=x.device)
         h = self.attn_ln(x)
@@ -113,10 +114,15 @@ class TextDecoder(nn.Module):
             cache.cross_k[layer, slots] = block.cross_attn.key(audio_features)
             cache.cross_v[layer, slots] = block.cross_attn.value(audio_features)
 
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
-        """One token for each of slots 0..n-1 at `positions` [n] -> logits [n, n_vocab] (float32)."""
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: DecoderCache,
+             length: int | None = None) -> torch.Tensor:
+        """One token for each of slots 0..n-1 at `positions` [n] -> logits [n, n_vocab] (float32).
+
+        Self-attention reads the first `length` cache rows of each slot, masked past the
+        slot's own position; None: up to the furthest position (a host sync). A fixed
+        length keeps the shapes of every step the same (engine.whisper.decoder_step)."""
         x = (self.token_embedding(tokens) + self.positional_embedding[positions])[:, None, :]
-        length = int(positions.max()) + 1
+        length = int(positions.max()) + 1 if length is None else length
         # [n, 1, 1, length]: a slot sees its own positions up to and including the new one.
         self_mask = (torch.arange(length, device=tokens.device)[None, :] <= positions[:, None])[:, None, None, :]
         for layer, block in enumerate(self.blocks):
