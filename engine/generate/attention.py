@@ -12,11 +12,20 @@ is most of the attention work once outputs grow. Without it (and for prefill chu
 after cached tokens) the context is gathered back from the block table and attended
 with batched matmuls: decodes then go in groups of similar context length, so the
 padding each group pays stays small, and grouped-query heads share their K/V rather
-than copying it per query head. A GPU build swaps this module for a Triton kernel.
+than copying it per query head.
+
+NOTE: on CUDA every token goes through one Triton kernel instead
+(engine/kernels/paged_attention.py): decodes and prefill chunks alike read K/V where they
+lie, from FlatMetadata — flat tensors built once per step, whose shapes depend only on the
+batch's size, so a CUDA graph can hold them (engine/generate/cuda_graph.py). There is no
+per-shape plan (cuDNN's SDPA built one per prefill length) and no gather of the context.
+BARGE_ATTENTION_BACKEND=triton takes that path on CPU too (under TRITON_INTERPRET=1 in
+tests); "native" keeps the CPU path on any device.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -48,10 +57,36 @@ class PrefillChunk:
 
 
 @dataclass
+class FlatMetadata:
+    """The whole batch for the Triton kernel: sequence s's new tokens are rows
+    query_start_loc[s]:query_start_loc[s + 1], the last of its seq_lens[s] context tokens."""
+
+    query_start_loc: torch.Tensor   # int32 [num_seqs + 1]
+    seq_lens: torch.Tensor          # int32 [num_seqs]: cached tokens + new ones (0: a padding row of a graph)
+    block_tables: torch.Tensor      # int32 [num_seqs, max_num_blocks]: each sequence's blocks; read up to seq_len
+    max_query_len: int              # most new tokens of any sequence (host int: it sizes the grid)
+
+
+@dataclass
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # long [num_tokens]: where each new token's K/V is written
     decodes: list[DecodeGroup]  # the first tokens, one per decoding sequence
     prefills: list[PrefillChunk]
+    flat: FlatMetadata | None = None    # set: the Triton kernel attends every token; decodes/prefills are empty
+
+
+BACKENDS = ("auto", "native", "triton")
+
+
+def attention_backend(device: torch.device) -> str:
+    """"triton" (the paged kernel for every token) or "native" (the CPU path above):
+    BARGE_ATTENTION_BACKEND, whose default "auto" means triton on CUDA, native elsewhere."""
+    chosen = os.environ.get("BARGE_ATTENTION_BACKEND", "auto").strip().lower() or "auto"
+    if chosen not in BACKENDS:
+        raise ValueError(f"BARGE_ATTENTION_BACKEND must be one of {', '.join(BACKENDS)}, got {chosen!r}")
+    if chosen == "auto":
+        return "triton" if device.type == "cuda" else "native"
+    return chosen
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
@@ -60,6 +95,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     num_kv_heads, head_dim = k_cache.shape[0], k_cache.shape[-1]
     k_cache.view(num_kv_heads, -1, head_dim).index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
     v_cache.view(num_kv_heads, -1, head_dim).index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
+    if meta.flat is not None:
+        from engine.kernels import paged_attention as kernel    # triton is imported only where it is used
+        flat = meta.flat
+        return kernel.paged_attention(q, k_cache, v_cache, flat.query_start_loc, flat.seq_lens, flat.block_tables,
+                                      flat.max_query_len, scale)
     out = torch.empty_like(q)
     for group in meta.decodes:
         rows = slice(group.start, group.start + group.block_table.shape[0])

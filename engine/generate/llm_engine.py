@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 
+from engine.generate.attention import attention_backend
 from engine.generate.block_manager import BlockManager
+from engine.generate.cuda_graph import CudaGraphRunner
 from engine.generate.grammar import GrammarCache
 from engine.generate.kv_cache import allocate_kv_cache
 from engine.generate.model_config import DecoderConfig
@@ -72,8 +74,15 @@ class LLMEngine:
         self.block_manager = BlockManager(num_blocks, options.block_size, options.enable_prefix_caching)
         self.scheduler = Scheduler(SchedulerConfig(options.max_num_seqs, options.max_num_batched_tokens,
                                                    self.max_model_len), self.block_manager)
-        kv_cache = allocate_kv_cache(config, num_blocks, options.block_size, dtype, device)
+        # The Triton path gets one dummy block past the real ones: padding rows of a CUDA graph write there.
+        use_triton = attention_backend(device) == "triton"
+        kv_cache = allocate_kv_cache(config, num_blocks + int(use_triton), options.block_size, dtype, device)
         self.runner = ModelRunner(model, kv_cache, options.block_size, device)
+        if use_triton and device.type == "cuda" and not options.enforce_eager:
+            self.runner.graphs = CudaGraphRunner(model, kv_cache, options.max_num_seqs,
+                                                 -(-self.max_model_len // options.block_size),
+                                                 num_blocks * options.block_size, device, capture=True)
+            self.runner.graphs.capture_all()
         if options.seed is not None:
             self.runner.sampler.seed = options.seed
         self.eos_token_ids = frozenset(config.eos_token_ids) | _token_set(tokenizer.token_id(tokenizer.eos_token))
@@ -101,8 +110,16 @@ class LLMEngine:
         return {**model_settings(self.runner.model), "max_num_seqs": scheduler.max_num_seqs,
                 "max_num_batched_tokens": scheduler.max_num_batched_tokens, "max_model_len": self.max_model_len,
                 "block_size": blocks.block_size, "num_kv_blocks": blocks.num_blocks,
-                "enable_prefix_caching": blocks.enable_prefix_caching,
+                "enable_prefix_caching": blocks.enable_prefix_caching, **self._graph_settings(),
                 **({"num_oom_retries": self.oom_guard.num_ooms} if self.oom_guard.num_ooms else {})}
+
+    def _graph_settings(self) -> dict:
+        """On CUDA: the decode batch sizes captured as graphs and the memory they hold."""
+        graphs = self.runner.graphs
+        if graphs is None or not graphs.is_capturing:
+            return {"cuda_graphs": False} if self.runner.device.type == "cuda" else {}
+        return {"cuda_graphs": True, "cuda_graph_batch_sizes": graphs.batch_sizes,
+                "cuda_graph_memory_bytes": graphs.memory_bytes}
 
     def generate(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
                  ) -> list[GenerationOutput]:

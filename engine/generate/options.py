@@ -18,6 +18,8 @@ class GenerateOptions:
     enable_prefix_caching: bool = True
     seed: int | None = 0                    # for requests without their own seed; None = nondeterministic
     enable_jump_forward: bool = True        # structured output: append what the grammar forces without a step each
+    enforce_eager: bool = False             # on CUDA: no CUDA graphs for decode steps (engine/generate/cuda_graph.py);
+                                            # there are none on CPU either way
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_blocks"):

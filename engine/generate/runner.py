@@ -1,4 +1,11 @@
-"""ModelRunner: turns a SchedulerOutput into one forward pass, then samples and scores."""
+"""ModelRunner: turns a SchedulerOutput into one forward pass, then samples and scores.
+
+NOTE: on CUDA (attention backend "triton", engine/generate/attention.py) the batch's
+attention metadata is FlatMetadata, built once per step from host lists and copied to the
+device in one tensor each; decode-only steps then replay a CUDA graph over static copies
+of those inputs (engine/generate/cuda_graph.py). Nothing here reads a device value back
+except the sampled ids: positions stay a host list for the prompt-logprob targets.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.generate.attention import AttentionMetadata, DecodeGroup, PrefillChunk
+from engine.generate.attention import AttentionMetadata, DecodeGroup, FlatMetadata, PrefillChunk, attention_backend
 from engine.generate.kv_cache import KVCache
 from engine.generate.request import Request
 from engine.generate.sampler import Sampler, top_logprobs
@@ -25,6 +32,12 @@ class ForwardBatch:
     sample_requests: list[Request]          # requests whose last token is in this step
     sample_rows: list[int]                  # row of that last token, per sample_requests
     prompt_rows: dict[int, list[int]] = field(default_factory=dict)   # request_id -> rows scoring the next prompt token
+    host_positions: list[int] = field(default_factory=list)           # positions, read on the host without a sync
+
+    @property
+    def is_decode_only(self) -> bool:
+        """One new token per sequence: the steps a CUDA graph replays."""
+        return self.meta.flat is not None and self.meta.flat.max_query_len == 1
 
 
 @dataclass
@@ -42,13 +55,18 @@ class ModelRunner:
         self.device = device
         self.sampler = Sampler()
         # Decode attention in the compiled kernel: fp32 on CPU only, where it can be built.
-        self.use_cpu_kernel = (device.type == "cpu" and bool(kv_cache) and kv_cache[0][0].dtype == torch.float32
-                               and cpu_ops.cpu_kernels_available())
+        self.use_triton = attention_backend(device) == "triton"
+        self.use_cpu_kernel = (device.type == "cpu" and not self.use_triton and bool(kv_cache)
+                               and kv_cache[0][0].dtype == torch.float32 and cpu_ops.cpu_kernels_available())
+        self.graphs = None      # a CudaGraphRunner (engine/generate/cuda_graph.py), set by LLMEngine on CUDA
 
     @torch.inference_mode()
     def execute(self, output: SchedulerOutput) -> ModelRunnerOutput:
         batch = self.prepare(output)
-        hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_cache)
+        if self.graphs is not None and batch.is_decode_only and self.graphs.can_run(len(batch.input_ids)):
+            hidden = self.graphs.run(batch)
+        else:
+            hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_cache)
         prompt_rows = [row for rows in batch.prompt_rows.values() for row in rows]
         logits = self.model.compute_logits(hidden[batch.sample_rows + prompt_rows])
         sample_logits, prompt_logits = logits[:len(batch.sample_rows)], logits[len(batch.sample_rows):]
@@ -77,13 +95,29 @@ class ModelRunner:
                 sample_rows.append(start + num_new - 1)
             if request.params.prompt_logprobs is not None:
                 prompt_rows[request.request_id] = self._prompt_rows(request, start, first, num_new)
-            if num_new > 1:
+            if num_new > 1 and not self.use_triton:
                 chunks.append(self._prefill_chunk(request, start, num_new))
-        meta = AttentionMetadata(torch.tensor(slots, dtype=torch.long, device=self.device),
-                                 self._decode_groups(decodes), chunks)
+        slot_mapping = torch.tensor(slots, dtype=torch.long, device=self.device)
+        if self.use_triton:
+            meta = AttentionMetadata(slot_mapping, [], [], self._flat_metadata(decodes + prefills, counts))
+        else:
+            meta = AttentionMetadata(slot_mapping, self._decode_groups(decodes), chunks)
         return ForwardBatch(torch.tensor(input_ids, dtype=torch.long, device=self.device),
                             torch.tensor(positions, dtype=torch.long, device=self.device), meta,
-                            sample_requests, sample_rows, prompt_rows)
+                            sample_requests, sample_rows, prompt_rows, positions)
+
+    def _flat_metadata(self, requests: list[Request], counts: dict[int, int]) -> FlatMetadata:
+        """The Triton kernel's view of the batch, in the order the tokens were laid out."""
+        num_new = [counts[r.request_id] for r in requests]
+        query_start_loc = [0]
+        for count in num_new:
+            query_start_loc.append(query_start_loc[-1] + count)
+        seq_lens = [r.num_computed_tokens + count for r, count in zip(requests, num_new)]
+        width = max(len(r.block_ids) for r in requests)
+        tables = [r.block_ids + [0] * (width - len(r.block_ids)) for r in requests]
+        as_int32 = dict(dtype=torch.int32, device=self.device)
+        return FlatMetadata(torch.tensor(query_start_loc, **as_int32), torch.tensor(seq_lens, **as_int32),
+                            torch.tensor(tables, **as_int32), max(num_new))
 
     def _slots(self, request: Request, first: int, end: int) -> list[int]:
         size, table = self.block_size, request.block_ids
@@ -151,4 +185,4 @@ class ModelRunner:
     @staticmethod
     def _prompt_targets(request: Request, batch: ForwardBatch, rows: list[int]) -> list[int]:
         # The token a row scores is the next prompt token, which may lie in the next chunk.
-        return [request.token_ids[int(batch.positions[row]) + 1] for row in rows]
+        return [request.token_ids[batch.host_positions[row] + 1] for row in rows]
