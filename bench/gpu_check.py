@@ -1,178 +1,134 @@
-"""GPU checks a session with a GPU runs (about 5 minutes on one H100/H200), each figure
-printed beside its peer. `--cpu` runs the same checks on CPU engine processes (the
-OOM through the BARGE_TEST_OOM_ABOVE_TOKENS hook instead of a real one), so the
-script is exercised where there is no GPU.
+"""Every GPU check a session with a GPU runs, in one command that ends within 8 minutes on
+one H200: each section is a script of its own, run capped, its whole output kept in
+$OUT/<section>.log and printed here; every figure is printed beside its peer from the same
+run. The GPU machine has no network: `bash bench/gpu_prepare.sh` here fills gpu_inputs/
+(ignored by git) with what the sections read there, and the device call carries it:
 
-Issue 30 (GPU workers):
-  1. two engine processes on one GPU (`--devices 0,0`, BARGE_GPU_MEMORY_FRACTION=0.45)
-     serve one generate job together; peer: one engine process at 0.9, same job.
-  2. a real CUDA out-of-memory error (the allocator capped with
-     torch.cuda.set_per_process_memory_fraction) is survived: every row embedded, the
-     vectors equal an uncapped run's, the budget lowered.
-  3. NVML figures in a worker's metrics; peer: nvidia-smi's figures at the same moment.
+    bash bench/gpu_prepare.sh                                  # here, once
+    run(command="python3 bench/gpu_check.py", carry=["gpu_inputs"], timeout_s=540)
+    python bench/gpu_check.py --cpu                            # here: each section's tiny CPU run
+    python bench/gpu_check.py --only generate,fp8              # some sections
 
-    python bench/gpu_check.py            # on the GPU machine
-    python bench/gpu_check.py --cpu      # here: the same checks on CPU
+Sections (issue; cap in seconds on a GPU):
+  env       the GPU, driver and versions
+  kernels   the Triton kernel tests on CUDA tensors (on CPU they run under the interpreter in
+            the test suite, so --cpu skips them)                                     (21, 22, 23)
+  generate  bench/gpu/generate.py: 1B workload vs transformers, batch-1 share of the HBM
+            roofline (1B, 8B), batch 64 on 8B, fp32 greedy parity, host time per step  (21)
+  layers    bench/gpu/layers.py: fused ops and the sampler against their unfused peers  (21)
+  fp8       bench/fp8_bench.py: FP8 and fp8-block against bf16 on the 8B shape          (22)
+  embed     bench/gpu/embed.py: MiniLM and BERT-base shapes against sentence-transformers (23)
+  whisper   bench/gpu/whisper.py: base shape against transformers' Whisper, fp16 vs fp32,
+            CUDA fp32 text against CPU fp32                                             (23)
+  workers   bench/gpu/workers.py: two engine processes on one GPU, a real OOM survived,
+            NVML figures in the metrics                                                 (30)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
-import signal
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(os.environ.get("BARGE_ROOT", Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]
+INPUTS = ROOT / "gpu_inputs"
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+KERNEL_TESTS = ["tests/unit/engine/test_varlen_attention_kernel.py", "tests/unit/engine/test_engine_packed_attention.py",
+                "tests/unit/engine/quant/test_fp8_kernels.py"]
+# (name, command on a GPU, command with --cpu or None to skip there, cap in seconds on a GPU)
+SECTIONS = [
+    ("env", ["bash", "-c", "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; "
+             f"{sys.executable} -c 'import sys,torch,triton,transformers; print(sys.version.split()[0], "
+             "torch.__version__, triton.__version__, transformers.__version__)'"], None, 15),
+    ("kernels", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "-W", "ignore",
+                 "KERNEL_TESTS"], None, 50),
+    ("generate", [sys.executable, "bench/gpu/generate.py"], [sys.executable, "bench/gpu/generate.py", "--cpu"], 110),
+    ("layers", [sys.executable, "bench/gpu/layers.py"], [sys.executable, "bench/gpu/layers.py", "--cpu"], 30),
+    ("fp8", [sys.executable, "bench/fp8_bench.py"], [sys.executable, "bench/fp8_bench.py"], 60),
+    ("embed", [sys.executable, "bench/gpu/embed.py"], [sys.executable, "bench/gpu/embed.py", "--cpu"], 60),
+    ("whisper", [sys.executable, "bench/gpu/whisper.py"], [sys.executable, "bench/gpu/whisper.py", "--cpu"], 65),
+    ("workers", [sys.executable, "bench/gpu/workers.py"], [sys.executable, "bench/gpu/workers.py", "--cpu"], 80),
+]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cpu", action="store_true", help="run the checks on CPU engine processes")
-    parser.add_argument("--rows", type=int, default=None, help="prompts in the generate job")
-    parser.add_argument("--embed-model", default="minilm", help="embed model for the OOM check (name or folder)")
+    parser.add_argument("--cpu", action="store_true", help="each section's tiny CPU run (no caps)")
+    parser.add_argument("--only", default="", help="comma-separated sections to run")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="barge-gpu-check-"))
-    rows = args.rows or (128 if args.cpu else 2000)
-    print(f"# issue 30 checks on {'CPU' if args.cpu else 'GPU'}; work folder {work}")
-    model = random_decoder(work / "decoder", small=args.cpu)
-    check_shared_gpu(work, model, rows, args.cpu)
-    check_oom(args.embed_model, args.cpu)
-    check_telemetry(work, model, args.cpu)
-    return 0
+    out = Path(os.environ.get("OUT") or "/tmp/barge-gpu-check")
+    out.mkdir(parents=True, exist_ok=True)
+    env = prepare_environment(cpu=args.cpu)
+    chosen = set(filter(None, args.only.split(",")))
+    started, results = time.monotonic(), []
+    for name, gpu_argv, cpu_argv, cap in SECTIONS:
+        argv = cpu_argv if args.cpu else gpu_argv
+        if (chosen and name not in chosen) or argv is None:
+            continue
+        argv = [arg for part in argv for arg in (kernel_tests() if part == "KERNEL_TESTS" else [part])]
+        results.append(run_section(name, argv, None if args.cpu else cap, env, out))
+    print(f"\n=== summary ({time.monotonic() - started:.0f} s in all; logs in {out})")
+    for name, rc, seconds in results:
+        print(f"  {name:9s} rc={rc} {seconds:.0f} s")
+    return 0 if all(rc == 0 for _, rc, _ in results) else 1
 
 
-def random_decoder(folder: Path, small: bool) -> Path:
-    """Random weights of a real Llama shape (no hub here): 16 layers of 1024 on a GPU."""
-    from tests.support.random_decoders import save_random_decoder
-    shape = {} if small else dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=16,
-                                  num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=2048)
-    return save_random_decoder(folder, "llama", **shape)
+def kernel_tests() -> list[str]:
+    """The kernel test files there are: the three of the first GPU run and any newer one named *kernel*."""
+    found = {str(path.relative_to(ROOT)) for path in (ROOT / "tests" / "unit").rglob("test_*kernel*.py")}
+    return sorted(set(KERNEL_TESTS) | found)
 
 
-def run_job(work: Path, name: str, model: Path, rows: int, devices: str, env: dict[str, str]) -> dict:
-    """A generate job through a supervised worker; its wall time and the processes that committed."""
-    from jobs import JobSpec
-    from jobs.client import Client
-    from jobs.settings import Settings
-    data = work / name
-    corpus = data / "corpus"
-    corpus.mkdir(parents=True)
-    prompts = [f"Barge {i} carries " + "coal and grain " * (i % 13) for i in range(rows)]
-    pq.write_table(pa.table({"id": list(range(rows)), "text": prompts}), corpus / "in.parquet", row_group_size=64)
-    env = {**os.environ, "BARGE_DATA_DIR": str(data), **env}
-    log = open(data / "worker.log", "wb")
-    worker = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", str(model), "--devices", devices],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        num_ready = len(devices.split(",")) if "," in devices else int(devices.split(":")[1]) if ":" in devices else 1
-        deadline = time.monotonic() + 300
-        while (data / "worker.log").read_text(errors="replace").count(" ready.") < num_ready:
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((data / "worker.log").read_text(errors="replace")[-3000:])
-            time.sleep(0.5)
-        client = Client(settings=Settings.from_env(env))
-        started = time.monotonic()
-        job = client.submit(JobSpec(mode="generate", model=str(model), input=str(corpus), id_column="id",
-                                    output=str(data / "out"), max_rows_per_shard=max(8, rows // 16),
-                                    params={"max_tokens": 32, "temperature": 0.0, "ignore_eos": True}))
-        state = job.wait(timeout=600)
-        seconds = time.monotonic() - started
-        workers = {s.worker_id for s in client.store.list_shards(job.id)}
-        sizes = re.findall(r"GPU memory: ([^\"]+)", (data / "worker.log").read_text(errors="replace"))
-        return {"status": str(state.status), "seconds": seconds, "rows": len(job.results()), "workers": len(workers),
-                "sizes": sizes}
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-
-
-def check_shared_gpu(work: Path, model: Path, rows: int, cpu: bool) -> None:
-    two = run_job(work, "two", model, rows, "cpu:2" if cpu else "0,0", {"BARGE_GPU_MEMORY_FRACTION": "0.45"})
-    one = run_job(work, "one", model, rows, "cpu" if cpu else "0", {"BARGE_GPU_MEMORY_FRACTION": "0.9"})
-    print(f"1. one job, {rows} prompts x 32 tokens: two engine processes (fraction 0.45 each): {two['status']}, "
-          f"{two['rows']} rows, {two['workers']} processes committed, {rows / two['seconds']:.1f} rows/s | "
-          f"peer, one process at 0.9: {one['status']}, {rows / one['seconds']:.1f} rows/s | ratio "
-          f"{one['seconds'] / two['seconds']:.2f}x")
-    for line in two["sizes"][:2] + one["sizes"][:1]:
-        print(f"   sizes: {line[:240]}")
-
-
-def check_oom(embed_model: str, cpu: bool) -> None:
-    import numpy as np
-    import torch
-
-    from engine import Engine
-    from jobs.models import resolve_model
-    path = resolve_model(embed_model).path
-    texts = [f"Sentence {i} about barges " + "and rivers " * (i % 40) for i in range(4000 if not cpu else 300)]
-    device = "cpu" if cpu else "cuda"
-    reference = Engine.from_pretrained(path, mode="embed", device=device, dtype="float32").encode(texts)
-    if cpu:
-        os.environ["BARGE_TEST_OOM_ABOVE_TOKENS"] = "300"
-    engine = Engine.from_pretrained(path, mode="embed", device=device, dtype="float32",
-                                    max_batch_tokens=None if cpu else 262144)
-    if not cpu:   # a real OOM: the allocator may hand out only a sliver of the GPU beyond the weights
-        torch.cuda.empty_cache()
-        cap = (torch.cuda.memory_allocated() + 512 * 1024 ** 2) / torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(cap)
-    started = time.perf_counter()
-    outputs = engine.encode(texts)
-    seconds = time.perf_counter() - started
-    os.environ.pop("BARGE_TEST_OOM_ABOVE_TOKENS", None)
+def prepare_environment(cpu: bool) -> dict[str, str]:
+    """What the sections need on a bare GPU machine: the wheels a worker imports beyond its
+    image (installed into a folder on PYTHONPATH), the GPL-3 text the random decoders'
+    tokenizer is trained on, and offline settings for transformers."""
+    env = {**os.environ, "BARGE_ROOT": str(ROOT), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     if not cpu:
-        torch.cuda.set_per_process_memory_fraction(1.0)
-    errors = sum(o.error is not None for o in outputs)
-    cosine = min(float(np.dot(o.embedding, r.embedding)) for o, r in zip(outputs, reference) if o.error is None)
-    settings = engine.settings
-    print(f"2. OOM ({'hook' if cpu else 'real, allocator capped'}): {len(texts)} rows, {errors} error rows, "
-          f"{settings.get('num_oom_retries', 0)} OOMs survived, max_batch_tokens lowered to "
-          f"{settings['max_batch_tokens']}, {seconds:.1f} s | peer, uncapped run: min cosine {cosine:.6f}")
-
-
-def check_telemetry(work: Path, model: Path, cpu: bool) -> None:
-    from tests.support.stack import free_port
-    port = free_port()
-    data = work / "telemetry"
-    env = {**os.environ, "BARGE_DATA_DIR": str(data)}
-    data.mkdir(parents=True)
-    log = open(data / "worker.log", "wb")
-    worker = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", str(model), "--devices",
-                               "cpu" if cpu else "0", "--metrics-port", str(port)], env=env, stdout=log,
-                              stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 300
-        text = ""
-        while time.monotonic() < deadline and "barge_device_memory_total_bytes" not in text:
-            try:
-                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-            except OSError:
-                time.sleep(1)
-        figures = [line for line in text.splitlines() if line.startswith("barge_device_")]
-        print("3. device figures in the metrics: " + ("; ".join(figures) or "NONE"))
-        if not cpu:
-            smi = subprocess.run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total,"
-                                  "power.draw,temperature.gpu", "--format=csv,noheader"],
-                                 capture_output=True, text=True).stdout.strip()
-            print(f"   peer, nvidia-smi: {smi}")
-    finally:
-        worker.send_signal(signal.SIGTERM)
+        env["BARGE_CPU_KERNELS"] = "0"      # no C++ build of the CPU decode kernel on the GPU machine
+    wheels = INPUTS / "wheels"
+    if wheels.is_dir() and subprocess.run([sys.executable, "-c", "import celery, sqlalchemy, alembic, croniter"],
+                                          capture_output=True).returncode != 0:
+        site = Path("/tmp/barge-site")
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                               "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, wheels.glob("*.whl"))],
+                              capture_output=True, text=True)
+        print(f"# wheels from {wheels} into {site}: rc={done.returncode} {done.stderr.strip()[-500:]}")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
+    licence = Path("/usr/share/common-licenses/GPL-3")
+    if not licence.exists() and (INPUTS / "GPL-3").exists():
         try:
-            worker.wait(timeout=120)
+            licence.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(INPUTS / "GPL-3", licence)
+        except OSError as error:
+            print(f"# could not place the GPL-3 text the random decoders' tokenizer reads: {error}")
+    return env
+
+
+def run_section(name: str, argv: list[str], cap: float | None, env: dict[str, str], out: Path) -> tuple[str, int, float]:
+    print(f"\n=== {name}" + (f" (cap {cap:.0f} s)" if cap else ""), flush=True)
+    started = time.monotonic()
+    log_path = out / f"{name}.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            rc = process.wait(timeout=cap)
         except subprocess.TimeoutExpired:
-            worker.kill()
+            os.killpg(process.pid, 9)
+            process.wait()
+            rc = 124
+    seconds = time.monotonic() - started
+    lines = log_path.read_text(errors="replace").splitlines()
+    shown = [line for line in lines if line.strip() and "Warning" not in line and "warn(" not in line]
+    print("\n".join(shown[-40:]))
+    print(f"=== {name} rc={rc}{' (cap reached)' if rc == 124 else ''} {seconds:.0f} s", flush=True)
+    return name, rc, seconds
 
 
 if __name__ == "__main__":
