@@ -1,22 +1,26 @@
 """Sampler: one token per row from its logits, by that row's SamplingParams, vectorised over
 the batch on the device the logits live on.
 
-NOTE: the randomness is counter-based, not drawn from a generator. A random row takes the
-argmax of logits / T + Gumbel noise (which draws from softmax(logits / T)), and the noise of
-vocabulary entry v is a function of three integers only:
+NOTE: the randomness is counter-based, not drawn from a generator. A random row is drawn by
+inverting its CDF (the cumulative sum of softmax(logits / T) after top-k / top-p, in float64)
+at one uniform number U per row, and U is a function of two integers only:
 
     key       the request's seed (SamplingParams.seed), or, without one, the engine's seed
               and the request's id
     position  the request's output position: how many output tokens it has so far
-    v         the vocabulary index
 
-hashed to 32 bits with integer ops (`_mix32`: multiply, xor, shift, masked to 32 bits in
-int64, so nothing overflows) on the logits' device. The bits are therefore the same on CPU
-and CUDA by construction, and a row's tokens depend on nothing its batch neighbours do: the
+hashed to 52 bits with integer ops (`_mix32`: multiply, xor, shift, masked to 32 bits in
+int64 so that nothing overflows) on the logits' device. U is therefore the same on CPU and
+CUDA by construction, and a row's tokens depend on nothing its batch neighbours do: the
 promise a seed makes ("the same tokens everywhere") kept without a per-row draw on the host.
-Only the float steps after the hash (two logs) and the logits themselves may round
-differently across devices. Streams drawn before this scheme (per-request CPU generators)
-are not reproduced: a seed gives a new, but again fixed, stream.
+What may still differ across devices is the rounding of the logits and of the softmax, which
+moves a token's interval of the CDF by about 1e-7 of the mass.
+
+Why one uniform per row and not noise per vocabulary entry (the exponential race the
+per-request CPU generators drew): hashing [rows, vocab] integers costs a dozen passes over
+the step's largest tensor, more than the softmax itself; the inverse CDF is a softmax, a
+cumulative sum and a binary search. Streams drawn before this scheme are not reproduced: a
+seed gives a new, but again fixed, stream.
 
 Per step the host copies each row's parameters to the device once, and the device copies
 back the sampled ids once, plus the logprob figures once when any row asks for them.
@@ -34,7 +38,7 @@ from engine.generate.request import Request
 
 MASK32 = 0xFFFFFFFF
 MIX_MULTIPLIER = 0x45D9F3B      # T. Mueller's 32-bit finaliser: < 2^27, so x * it stays below 2^59
-UNIFORM_BITS = 23               # a float32 holds (k + 0.5) / 2^23 exactly, and it is never 0 nor 1
+UNIFORM_BITS = 52               # a float64 holds (k + 0.5) / 2^52 exactly, and it is never 0 nor 1
 SEEDED, UNSEEDED = 1, 2         # domains: a seed never collides with an (engine seed, request id) pair
 
 
@@ -62,16 +66,23 @@ def row_key(request: Request, engine_seed: int) -> int:
     return _fold(UNSEEDED, engine_seed, request.request_id)
 
 
-def gumbel_noise(row_bases: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """row_bases int64 [rows] (a row's key and position, folded) -> float32 [rows, vocab] of
-    standard Gumbel noise, -log(-log(U)) with U the hash of (row base, vocab index)."""
-    vocab = torch.arange(vocab_size, dtype=torch.int64, device=row_bases.device)
-    bits = vocab[None, :] ^ row_bases[:, None]
-    for _ in range(2):      # _mix32 in place: a [rows, vocab] tensor is the step's largest
-        bits.bitwise_xor_(bits >> 16).mul_(MIX_MULTIPLIER).bitwise_and_(MASK32)
-    bits.bitwise_xor_(bits >> 16)
-    uniform = (bits >> (32 - UNIFORM_BITS)).float().add_(0.5).mul_(2.0 ** -UNIFORM_BITS)
-    return uniform.log_().neg_().log_().neg_()
+def row_uniforms(row_bases: torch.Tensor) -> torch.Tensor:
+    """row_bases int64 [rows] (a row's key and position, folded) -> float64 [rows] in (0, 1):
+    52 hashed bits, so U < 1 is exact in float64 and never 0."""
+    high = _mix32(row_bases ^ 0x5BD1E995)
+    low = _mix32(high ^ 0x27D4EB2F)
+    bits = (high << (UNIFORM_BITS - 32)) | (low >> (64 - UNIFORM_BITS))
+    return (bits.double() + 0.5) * 2.0 ** -UNIFORM_BITS
+
+
+def inverse_cdf(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """The token whose interval of the CDF of softmax(logits) holds each row's U; a token of
+    probability 0 (masked to -inf) has an empty interval and is never drawn."""
+    cdf = logits.softmax(dim=-1).cumsum(dim=-1, dtype=torch.float64)
+    total = cdf[:, -1:]
+    # Below the total strictly, so that the search always lands on a token of nonzero mass.
+    target = torch.minimum(uniforms[:, None] * total, total.nextafter(torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
 
 
 @dataclass
@@ -100,9 +111,9 @@ class SamplingBatch:
 
 
 class Sampler:
-    """Greedy rows take the argmax; the others are drawn by the Gumbel-max trick with the
-    counter-based noise above, so a row's tokens do not depend on what else shares its batch,
-    nor on the device."""
+    """Greedy rows take the argmax; the others are drawn at their counter-based uniform (see
+    the NOTE above), so a row's tokens do not depend on what else shares its batch, nor on
+    the device."""
 
     def __init__(self, seed: int | None = None):
         self.seed = random.getrandbits(64) if seed is None else seed    # for requests without their own
@@ -131,7 +142,7 @@ class Sampler:
         scaled = logits / batch.temperatures
         if batch.top_k is not None:
             scaled = top_k_top_p(scaled, batch.top_k, batch.top_p)
-        drawn = (scaled + gumbel_noise(batch.row_bases, logits.shape[-1])).argmax(dim=-1)
+        drawn = inverse_cdf(scaled, row_uniforms(batch.row_bases))
         return torch.where(batch.is_greedy, greedy, drawn)
 
     @staticmethod

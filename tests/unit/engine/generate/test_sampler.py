@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.generate.request import Request
-from engine.generate.sampler import Sampler, _mix32, gumbel_noise
+from engine.generate.sampler import Sampler, _mix32, inverse_cdf, row_uniforms
 from engine.generate.sampling_params import SamplingParams
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -85,11 +85,12 @@ def test_the_noise_stream_is_fixed():
     """The bits a seed stands for, pinned: a change to the hash changes every seeded output."""
     bits = [_mix32(value) for value in (0, 1, 2, 0xFFFFFFFF, 123456789)]
     assert bits == [0, 0x31251BA7, 0x66A79298, 0x2028884F, 0x745E4774]     # as the C reference (uint32)
-    noise = gumbel_noise(torch.tensor([0, 12345], device=DEVICE), 4)
-    assert noise.dtype == torch.float32 and noise.isfinite().all()
-    assert torch.equal(noise.cpu(), gumbel_noise(torch.tensor([0, 12345]), 4))
+    bases = torch.tensor([0, 1, 12345, 0xFFFFFFFF], device=DEVICE)
+    uniforms = row_uniforms(bases)
+    assert uniforms.dtype == torch.float64 and ((uniforms > 0) & (uniforms < 1)).all()
+    assert torch.equal(uniforms.cpu(), row_uniforms(bases.cpu()))
     flat = torch.zeros(4, 1000, device=DEVICE)      # every token equally likely: the noise alone decides
-    assert Sampler(seed=0)(flat, [make_request(0, position, seed=1) for position in range(4)])[0] == [572, 803, 17, 23]
+    assert Sampler(seed=0)(flat, [make_request(0, position, seed=1) for position in range(4)])[0] == [308, 512, 554, 287]
 
 
 def _frequencies(ids: list[int], vocab: int) -> torch.Tensor:
@@ -139,3 +140,10 @@ def test_a_sampled_row_reports_its_drawn_token_in_its_logprobs():
     for row, (token_id, entry) in enumerate(zip(ids, logprobs)):
         assert token_id in entry and entry[token_id] == full[row, token_id].item()
         assert len(entry) in (2, 3)
+
+
+def test_the_inverse_cdf_lands_on_unmasked_tokens_at_both_ends_of_the_unit_interval():
+    inf = float("inf")
+    logits = torch.tensor([[-inf, 0.0, 0.0, -inf, 1.0, -inf]] * 4, device=DEVICE)
+    uniforms = torch.tensor([2.0 ** -53, 0.3, 0.5, 1 - 2.0 ** -52], dtype=torch.float64, device=DEVICE)
+    assert inverse_cdf(logits, uniforms).tolist() == [1, 2, 4, 4]
