@@ -10,6 +10,7 @@ import torch
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers.packed_linear import pack_linears
 from engine.quant.checkpoint import load_fp8_state
+from engine.whisper.config import WhisperConfig
 from engine.whisper.decoding import ChunkDecoder
 from engine.whisper.loader import Checkpoint, load_checkpoint
 from engine.whisper.logit_rules import LogitRules
@@ -21,7 +22,8 @@ from engine.whisper.transcriber import Transcriber
 # step is bound by reading every running chunk's cross-attention K/V, so more slots
 # buy little there; a GPU wants many chunks in flight.
 DEFAULT_MAX_SLOTS = {"cpu": 16, "cuda": 64}
-DEFAULT_MAX_ADMIT = {"cpu": 4, "cuda": 16}
+DEFAULT_MAX_ADMIT = {"cpu": 4, "cuda": 16}   # CUDA: raised to what its free memory holds (max_encoder_batch)
+ENCODER_MEMORY_SHARE = 0.5      # of the free memory after loading, for one encoder batch
 # Whisper is served in 16-bit; FP8 weights only when a job asks (and can check them
 # against the 16-bit transcripts: JobSpec.quant_check_rows).
 QUANTIZATIONS = (None, "fp8", "fp8-block")
@@ -42,7 +44,24 @@ def load_transcriber(path: str | Path, dtype: torch.dtype, device: torch.device,
     max_slots = max_slots or DEFAULT_MAX_SLOTS[kind]
     pack_linears(model, max_slots)     # CPU fp32: weights reordered once for oneDNN
     decoder = ChunkDecoder(model, tokenizer, rules, max_slots, max_admit or DEFAULT_MAX_ADMIT[kind])
+    if device.type == "cuda" and max_admit is None:
+        free_bytes, _ = torch.cuda.mem_get_info(device)      # after the weights and the decoder cache
+        decoder.scheduler.max_admit = max_encoder_batch(checkpoint.config, dtype.itemsize, free_bytes, max_slots)
     return Transcriber(decoder)
+
+
+def max_encoder_batch(config: WhisperConfig, itemsize: int, free_bytes: int, max_slots: int) -> int:
+    """Chunks encoded at once on a GPU: as many as ENCODER_MEMORY_SHARE of the free memory
+    holds (a chunk's encoder activations, with the attention scores of the math kernel in
+    case SDPA falls back to it), up to max_slots, since a chunk needs a slot to be admitted."""
+    ctx, state = config.n_audio_ctx, config.n_audio_state
+    # mel in fp32; conv outputs at 2 x ctx; residual, norm, q, k, v, out and the 4 x state MLP
+    # hidden, twice over for the temporaries beside them; the cross K/V of every layer.
+    activations = config.n_mels * 2 * ctx * 4 + (2 * 2 * ctx * state + 2 * 10 * ctx * state) * itemsize
+    scores = config.n_audio_head * ctx * ctx * (itemsize + 4)
+    cross = 2 * config.n_text_layer * ctx * config.n_text_state * itemsize
+    per_chunk = activations + scores + cross
+    return max(1, min(max_slots, int(free_bytes * ENCODER_MEMORY_SHARE) // per_chunk))
 
 
 def _load_weights(model: Whisper, state: dict[str, torch.Tensor], quantization: str | None) -> Whisper:

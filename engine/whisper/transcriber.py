@@ -1,6 +1,6 @@
 """Transcriber: long-form transcription of many files at once.
 
-    files → decode + resample → VAD chunks (<= 30 s) → one DecodeRequest per chunk
+    files → decode + resample → VAD chunks (<= 30 s) → one DecodeRequest per chunk   (threads, ahead)
           → ChunkDecoder (chunks of all files decoded together) → quality check per chunk
           → stitched back per file in time order: text, segments, language, duration_s
 
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from engine.whisper.alignment import AlignmentInput, align
@@ -45,6 +47,7 @@ MIN_SPLIT_S = 4.0            # halves shorter than this are not worth a re-chunk
 MIN_UNHEARD_SPEECH_S = 0.5   # speech after a chunk's last segment that earns a continuation
 MAX_CONTINUATIONS = 2        # of one chunk: each costs an encoder pass
 MAX_PENDING_ALIGNMENTS = 8   # accepted chunks holding their encoder output until a batched alignment pass
+AUDIO_THREADS = 4            # files decoded (PyAV, which releases the GIL) and VAD-analysed at once
 
 
 @dataclass(eq=False)
@@ -98,26 +101,48 @@ class Transcriber:
         self.tokenizer.check_language(params.language)
         self.decoder.check_beam_size(params.beam_size)
         language = params.language or (None if self.tokenizer.is_multilingual else "en")
-        works: list[FileWork | TranscriptionOutput] = [self._open(source, language) for source in sources]
-        if language is None:
-            self._detect([work for work in works if isinstance(work, FileWork)])
         jobs: dict[int, ChunkJob] = {}
-        for work in works:
-            if isinstance(work, FileWork) and params.long_form == "sequential":
-                state = SequentialState(work.audio.num_samples // HOP_LENGTH)
-                if not state.is_done:
-                    self._submit_window(jobs, work, state, params)
-            elif isinstance(work, FileWork):
-                for chunk in make_chunks(work.speech, params.vad):
-                    request = self._submit(jobs, ChunkJob(work, chunk, 0, 0), params)
-                    work.first_request = work.first_request or request
-        while self.decoder.has_work:
-            for request in self.decoder.step():
-                self._finish(jobs, jobs.pop(request.request_id), request, params)
-            if len(self._pending) >= MAX_PENDING_ALIGNMENTS:
-                self._align_pending()
+        with ThreadPoolExecutor(AUDIO_THREADS, thread_name_prefix="barge-audio") as pool:
+            opening = deque(pool.submit(self._open, source, language) for source in sources)
+            works: list[FileWork | TranscriptionOutput] = []
+            if language is None or not self._streams_files:
+                works = [future.result() for future in opening]
+                opening.clear()
+                if language is None:
+                    self._detect([work for work in works if isinstance(work, FileWork)])
+                for work in works:
+                    self._start_file(jobs, work, params)
+            while opening or self.decoder.has_work:
+                # Files join in their order as their audio is ready; wait only when the decoder is idle.
+                while opening and (opening[0].done() or not self.decoder.has_work):
+                    works.append(opening.popleft().result())
+                    self._start_file(jobs, works[-1], params)
+                if self.decoder.has_work:
+                    self._step(jobs, params)
         self._align_pending()
         return [work.output() if isinstance(work, FileWork) else work for work in works]
+
+    @property
+    def _streams_files(self) -> bool:
+        """CUDA decodes the first files while later ones are still being read; the CPU, whose
+        cores the readers would take, reads them all first (and keeps its batches as they were)."""
+        return self.decoder.device.type == "cuda"
+
+    def _start_file(self, jobs: dict, work: FileWork | TranscriptionOutput, params: TranscribeParams) -> None:
+        if isinstance(work, FileWork) and params.long_form == "sequential":
+            state = SequentialState(work.audio.num_samples // HOP_LENGTH)
+            if not state.is_done:
+                self._submit_window(jobs, work, state, params)
+        elif isinstance(work, FileWork):
+            for chunk in make_chunks(work.speech, params.vad):
+                request = self._submit(jobs, ChunkJob(work, chunk, 0, 0), params)
+                work.first_request = work.first_request or request
+
+    def _step(self, jobs: dict, params: TranscribeParams) -> None:
+        for request in self.decoder.step():
+            self._finish(jobs, jobs.pop(request.request_id), request, params)
+        if len(self._pending) >= MAX_PENDING_ALIGNMENTS:
+            self._align_pending()
 
     def _detect(self, files: list[FileWork]) -> None:
         """Each file's language (and its probability) before any chunk of it decodes."""

@@ -7,6 +7,8 @@ shape cost a cuDNN plan, one per step). The graph tests run where CUDA is."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -137,3 +139,44 @@ def test_cuda_fp16_decoding_builds_no_cudnn_attention_plans(tmp_path):
     names = {event.key for event in profile.key_averages()}
     assert "aten::scaled_dot_product_attention" in names
     assert not [name for name in names if "cudnn_attention" in name]
+
+
+def test_the_encoder_batch_fills_half_the_free_memory_up_to_the_slots():
+    from engine.whisper.build import max_encoder_batch
+    base = WhisperConfig(n_mels=80, n_audio_ctx=1500, n_audio_state=512, n_audio_head=8, n_audio_layer=6,
+                         n_vocab=51865, n_text_ctx=448, n_text_state=512, n_text_head=8, n_text_layer=6)
+    one_gib = 1 << 30
+    sizes = [max_encoder_batch(base, 2, free * one_gib, 64) for free in (0, 1, 4, 8, 60)]
+    assert sizes[0] == 1 and sizes[-1] == 64                   # at least one; never more than the slots
+    assert sizes == sorted(sizes) and 1 < sizes[2] < sizes[3] < 64
+    assert max_encoder_batch(base, 4, 8 * one_gib, 64) < sizes[3]     # fp32 activations take more
+
+
+@pytest.mark.parametrize("vad", [True, False])
+def test_files_streamed_in_as_read_decode_as_files_read_first(tmp_path, monkeypatch, vad):
+    """CUDA starts decoding the first files while later ones are still being read; the
+    transcripts (and a bad file's error, in its place) are those of reading them all first."""
+    from engine.whisper.params import TranscribeParams
+    from engine.whisper.transcriber import Transcriber
+    rng = np.random.default_rng(3)
+    files = [(0.2 * rng.standard_normal(16_000 * seconds)).astype(np.float32) for seconds in (3, 40, 1, 7)]
+    files.insert(2, b"not audio")
+    params = TranscribeParams(language="en", vad=vad)
+    read_first = Transcriber(small_decoder(tmp_path)).transcribe(files, params)
+    monkeypatch.setattr(Transcriber, "_streams_files", property(lambda self: True))
+    steps_when_read = []
+    open_file = Transcriber._open
+
+    def slow_open(self, source, language):
+        """The other files are read only once the first one decodes (or after 30 s)."""
+        deadline = time.monotonic() + 30
+        while source is not files[0] and self.decoder.num_steps == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        steps_when_read.append(self.decoder.num_steps)
+        return open_file(self, source, language)
+
+    monkeypatch.setattr(Transcriber, "_open", slow_open)
+    streamed = Transcriber(small_decoder(tmp_path)).transcribe(files, params)
+    assert streamed == read_first
+    assert streamed[2].error and not streamed[0].error and streamed[1].duration_s == 40.0
+    assert sorted(steps_when_read)[1] > 0     # the first file was decoding while the others were read
