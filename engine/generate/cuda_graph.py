@@ -63,12 +63,15 @@ class CudaGraphRunner:
         self.memory_bytes = 0                            # device memory the captured graphs hold
         self.num_runs = 0                                # decode steps that went through the buffers
 
-    def can_run(self, num_seqs: int) -> bool:
-        return num_seqs <= self.batch_sizes[-1]
+    def can_run(self, flat: FlatMetadata) -> bool:
+        """A decode-only batch fits: no more sequences than the largest bucket, no wider block table."""
+        num_seqs, width = flat.block_tables.shape
+        return num_seqs <= self.batch_sizes[-1] and width <= self.block_tables.shape[1]
 
     def bucket_for(self, num_seqs: int) -> int:
         return next(size for size in self.batch_sizes if size >= num_seqs)
 
+    @torch.inference_mode()
     def capture_all(self) -> None:
         """Capture every bucket, largest first, into one pool; measure what it took."""
         if not self.is_capturing:

@@ -33,6 +33,7 @@ class ForwardBatch:
     sample_rows: list[int]                  # row of that last token, per sample_requests
     prompt_rows: dict[int, list[int]] = field(default_factory=dict)   # request_id -> rows scoring the next prompt token
     host_positions: list[int] = field(default_factory=list)           # positions, read on the host without a sync
+    logit_rows: torch.Tensor | None = None  # long: sample_rows then the prompt rows, copied before the forward
 
     @property
     def is_decode_only(self) -> bool:
@@ -63,12 +64,11 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, output: SchedulerOutput) -> ModelRunnerOutput:
         batch = self.prepare(output)
-        if self.graphs is not None and batch.is_decode_only and self.graphs.can_run(len(batch.input_ids)):
+        if self.graphs is not None and batch.is_decode_only and self.graphs.can_run(batch.meta.flat):
             hidden = self.graphs.run(batch)
         else:
             hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_cache)
-        prompt_rows = [row for rows in batch.prompt_rows.values() for row in rows]
-        logits = self.model.compute_logits(hidden[batch.sample_rows + prompt_rows])
+        logits = self.model.compute_logits(hidden[batch.logit_rows])
         sample_logits, prompt_logits = logits[:len(batch.sample_rows)], logits[len(batch.sample_rows):]
         token_ids, logprobs = self.sampler(sample_logits, batch.sample_requests)
         ids = [request.request_id for request in batch.sample_requests]
@@ -102,9 +102,13 @@ class ModelRunner:
             meta = AttentionMetadata(slot_mapping, [], [], self._flat_metadata(decodes + prefills, counts))
         else:
             meta = AttentionMetadata(slot_mapping, self._decode_groups(decodes), chunks)
+        # Copied to the device now, while it is idle: indexing with a host list after the
+        # forward would make the host wait for the forward before launching the LM head.
+        logit_rows = sample_rows + [row for rows in prompt_rows.values() for row in rows]
         return ForwardBatch(torch.tensor(input_ids, dtype=torch.long, device=self.device),
                             torch.tensor(positions, dtype=torch.long, device=self.device), meta,
-                            sample_requests, sample_rows, prompt_rows, positions)
+                            sample_requests, sample_rows, prompt_rows, positions,
+                            torch.tensor(logit_rows, dtype=torch.long, device=self.device))
 
     def _flat_metadata(self, requests: list[Request], counts: dict[int, int]) -> FlatMetadata:
         """The Triton kernel's view of the batch, in the order the tokens were laid out."""

@@ -45,7 +45,8 @@ def _paged_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, query_star
                             stride_kh, stride_kb, stride_ks, stride_vh, stride_vb, stride_vs, stride_bt,
                             GROUP_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
                             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
-    seq, kv_head = tl.program_id(0), tl.program_id(2)
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(2).to(tl.int64)     # kv_head * stride_kh passes 2**31 in a large cache
     query_start = tl.load(query_start_loc_ptr + seq)
     query_len = tl.load(query_start_loc_ptr + seq + 1) - query_start
     q_tile_start = tl.program_id(1) * BLOCK_Q

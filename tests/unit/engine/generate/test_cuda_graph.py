@@ -135,3 +135,10 @@ def test_a_decode_step_through_the_buffers_equals_the_eager_step(triton_engine):
     for (k, v), (k_eager, v_eager) in zip(runner.kv_cache, cache_eager):
         assert torch.equal(k[:, :num_real_blocks], k_eager) and torch.equal(v[:, :num_real_blocks], v_eager)
     assert not torch.equal(runner.kv_cache[0][0][:, num_real_blocks], cache_before[0][0][:, num_real_blocks])
+
+
+def test_a_batch_beyond_the_largest_bucket_or_the_buffers_block_table_runs_eagerly():
+    graphs = CudaGraphRunner(RecordingForward(), [], 8, MAX_BLOCKS, PADDING_SLOT, torch.device("cpu"), capture=False)
+    assert graphs.can_run(decode_batch(8, MAX_BLOCKS, seed=7).meta.flat)
+    assert not graphs.can_run(decode_batch(9, 2, seed=7).meta.flat)
+    assert not graphs.can_run(decode_batch(2, MAX_BLOCKS + 1, seed=7).meta.flat)
