@@ -4,8 +4,10 @@ puts it in place of nn.Linear wherever a state dict carries an FP8 scale.
 Where the matmul runs (one decision per call, see `fp8_backend`):
 
     "w8a8"         CUDA, capability >= 8.9 (FP8 tensor cores): activations quantized per
-                   token on the fly; per-channel weights through torch._scaled_mm, 128x128
-                   block weights through the Triton group kernel (per-token, per-128 scales)
+                   token on the fly by one Triton kernel (engine/kernels/fp8_act_quant.py);
+                   per-channel weights through torch._scaled_mm with row-wise scales
+                   (scale_a [tokens, 1], scale_b [1, out]), block or group weights through
+                   the Triton group GEMM (per-token, per-128 activation scales)
     "weight-only"  other CUDA GPUs: Triton kernel dequantizing weight tiles inside the GEMM
     "dequantize"   CPU (and anything else): dequantize this layer's weight to the compute
                    dtype for this matmul only, so FP8 bytes are what stays resident
@@ -17,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.quant.fp8 import FP8_DTYPE, dequantize, group_size_of, quantize_activations
+from engine.quant.fp8 import FP8_DTYPE, dequantize, group_size_of
 
 FP8_TENSOR_CORE_CAPABILITY = (8, 9)
 SCALED_MM_ALIGNMENT = 16         # torch._scaled_mm wants K and N multiples of 16
@@ -68,12 +70,12 @@ def fp8_linear(x: torch.Tensor, layer: Fp8Linear) -> torch.Tensor:
     backend = fp8_backend(x.device)
     if backend == "dequantize":
         return F.linear(x, dequantize(layer.weight, layer.weight_scale, layer.group_size, x.dtype), layer.bias)
-    from engine.kernels import fp8_matmul           # Triton only where a GPU runs it
+    from engine.kernels import fp8_act_quant, fp8_matmul           # Triton only where a GPU runs it
 
     if backend == "w8a8" and layer.is_per_channel and _fits_scaled_mm(layer):
         return _scaled_mm_per_channel(x, layer)
     if backend == "w8a8" and not layer.is_per_channel:
-        x_q, x_scale = quantize_activations(x, layer.group_size)
+        x_q, x_scale = fp8_act_quant.quantize_per_group(x, layer.group_size)
         out = fp8_matmul.fp8_w8a8_group_matmul(x_q, x_scale, layer.weight, layer.weight_scale,
                                                layer.group_size, x.dtype)
         return out if layer.bias is None else out + layer.bias
@@ -87,7 +89,8 @@ def _fits_scaled_mm(layer: Fp8Linear) -> bool:
 def _scaled_mm_per_channel(x: torch.Tensor, layer: Fp8Linear) -> torch.Tensor:
     # Row-wise scaling: scale_a [tokens, 1] (dynamic, per token) and scale_b [1, out]; cuBLAS
     # applies both in the epilogue. It wants the second operand column-major: weight.t() is.
-    x_q, x_scale = quantize_activations(x)
+    from engine.kernels.fp8_act_quant import quantize_per_token
+    x_q, x_scale = quantize_per_token(x)
     bias = None if layer.bias is None else layer.bias.to(torch.bfloat16)
     out = torch._scaled_mm(x_q, layer.weight.t(), scale_a=x_scale, scale_b=layer.weight_scale.reshape(1, -1),
                            bias=bias, out_dtype=torch.bfloat16)

@@ -20,20 +20,35 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.quant.fp8 import DEFAULT_BLOCK_SIZE, check_block_size
+from engine.quant.fp8 import DEFAULT_BLOCK_SIZE, check_block_size, check_scale_method
 
-QUANTIZATIONS = (None, "fp8", "fp8-block")
+QUANTIZATIONS = (None, "fp8", "fp8-block", "fp8-group")
 WEIGHT_STRATEGIES = ("channel", "tensor", "block")
+# What quantization="fp8" (and its variants) does when Barge quantizes: chosen by SmolLM2's
+# perplexity over several held-out texts (engine/quant/recipe.py says how, docs/design.md the figures).
+DEFAULT_RECIPE = dict(scale_method="absmax", keep_edge_blocks=0, keep_layers=())
+GROUP_BLOCK_SIZE = (1, 128)         # "fp8-group": one scale per row and 128 input columns
 
 
 @dataclass(frozen=True)
 class Fp8Config:
     block_size: tuple[int, int] | None = None    # None: per output channel; else (rows, cols)
     checkpoint_format: str | None = None         # "fp8" | "compressed-tensors" when read from a checkpoint
+    # The recipe, applied when Barge quantizes (at load or `barge quantize`), see engine/quant/recipe.py:
+    scale_method: str = "absmax"                 # "absmax" | "mse" (clipping search), engine/quant/fp8.py
+    keep_edge_blocks: int = 0                    # the first and last N blocks of each stack stay 16-bit
+    keep_layers: tuple[str, ...] = ()            # linears named "...<suffix>" stay 16-bit everywhere
+
+    def __post_init__(self):
+        check_scale_method(self.scale_method)
+        if not isinstance(self.keep_edge_blocks, int) or self.keep_edge_blocks < 0:
+            raise ValueError(f"keep_edge_blocks must be a non-negative int, got {self.keep_edge_blocks!r}")
 
     @property
     def name(self) -> str:
-        return "fp8" if self.block_size is None else "fp8-block"
+        if self.block_size is None:
+            return "fp8"
+        return "fp8-group" if self.block_size == GROUP_BLOCK_SIZE else "fp8-block"
 
     @property
     def block_cols(self) -> int | None:
@@ -41,12 +56,13 @@ class Fp8Config:
 
 
 def fp8_config_from_name(quantization: str | None) -> Fp8Config | None:
-    """The user's quantization= value -> Fp8Config, None for no quantization."""
+    """The user's quantization= value -> Fp8Config with Barge's recipe, None for no quantization."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"unsupported quantization {quantization!r}; expected one of {QUANTIZATIONS}")
     if quantization is None:
         return None
-    return Fp8Config(DEFAULT_BLOCK_SIZE if quantization == "fp8-block" else None)
+    block_size = {"fp8": None, "fp8-block": DEFAULT_BLOCK_SIZE, "fp8-group": GROUP_BLOCK_SIZE}[quantization]
+    return Fp8Config(block_size, **DEFAULT_RECIPE)
 
 
 def fp8_config_from_hf(quantization_config: dict | None) -> Fp8Config | None:

@@ -15,6 +15,13 @@ input columns g * group_size ... (g + 1) * group_size - 1, float32 [out, num_gro
 Row form costs 4 bytes per 128 weights (3 % of the FP8 bytes) and buys one thing that
 must stay true: fusing Q/K/V or gate/up is a plain row concatenation of weights and
 scales, even where a part's row count is not a multiple of the block height.
+
+NOTE: scale_method "mse" (the default recipe's, engine/quant/recipe.py) picks each row's or
+block's scale by searching SCALE_RATIOS x amax / 448 for the least squared round-trip
+error. E4M3's grid is relative (3 mantissa bits), so moving the scale within one octave
+(ratios 1 to 2) realigns every value on the grid without clipping anything, and ratios
+below 1 clip the largest values to land the rest on a finer grid; "absmax" (ratio 1) is
+one candidate, so the search is never worse than it on the squared error it minimises.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ FP8_MAX = torch.finfo(FP8_DTYPE).max         # 448.0
 # An all-zero row or block would get scale 0 and divide by it; this floor keeps q = 0.
 MIN_SCALE = 1e-12
 DEFAULT_BLOCK_SIZE = (128, 128)
+SCALE_METHODS = ("absmax", "mse")
+# 2^(k/16), k = -4 .. 15: ratio 1 (absmax) included, one octave above it, a little clipping below.
+SCALE_RATIOS = tuple(2 ** (k / 16) for k in range(-4, 16))
 
 
 def _check_weight(weight: torch.Tensor) -> None:
@@ -40,20 +50,45 @@ def _to_fp8(values: torch.Tensor) -> torch.Tensor:
     return values.clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
 
 
-def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def check_scale_method(scale_method: str) -> str:
+    if scale_method not in SCALE_METHODS:
+        raise ValueError(f"unsupported scale method {scale_method!r}; expected one of {SCALE_METHODS}")
+    return scale_method
+
+
+def search_scales(groups: torch.Tensor, dims: tuple[int, ...], scale_method: str = "absmax") -> torch.Tensor:
+    """float32 values -> the dequantizing scale of each group reduced over `dims` (kept as
+    size-1 dims): amax / 448, or with "mse" the candidate of least squared round-trip error."""
+    amax = groups.abs().amax(dim=dims, keepdim=True)
+    if check_scale_method(scale_method) == "absmax":
+        return (amax / FP8_MAX).clamp(min=MIN_SCALE)
+    best_scale, best_error = None, None
+    for ratio in SCALE_RATIOS:      # one candidate at a time: memory stays at one copy of the weight
+        scale = (amax * ratio / FP8_MAX).clamp(min=MIN_SCALE)
+        error = (_to_fp8(groups / scale).float() * scale - groups).square().sum(dim=dims, keepdim=True)
+        if best_scale is None:
+            best_scale, best_error = scale, error
+        else:
+            is_better = error < best_error      # strict: ties keep the earlier ratio (absmax first)
+            best_scale, best_error = torch.where(is_better, scale, best_scale), torch.minimum(error, best_error)
+    return best_scale
+
+
+def quantize_per_channel(weight: torch.Tensor, scale_method: str = "absmax") -> tuple[torch.Tensor, torch.Tensor]:
     """weight [out, in] -> (q float8 [out, in], scale float32 [out, 1]), one scale per output row."""
     _check_weight(weight)
     weight = weight.float()
-    scale = (weight.abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp(min=MIN_SCALE)
+    scale = search_scales(weight, (1,), scale_method)
     return _to_fp8(weight / scale), scale
 
 
 def quantize_blocks(weight: torch.Tensor, block_size: tuple[int, int] = DEFAULT_BLOCK_SIZE,
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    scale_method: str = "absmax") -> tuple[torch.Tensor, torch.Tensor]:
     """weight [out, in] -> (q float8 [out, in], scale float32 [ceil(out/bn), ceil(in/bk)]).
 
     The scale has Hugging Face's `weight_scale_inv` layout. Shapes that are not multiples
-    of the block are zero-padded for the amax only: edge blocks are simply smaller.
+    of the block are zero-padded for the amax (and the search's error) only: edge blocks
+    are simply smaller. block_size (1, 128) gives per-group scales, one per row and 128 columns.
     """
     _check_weight(weight)
     block_rows, block_cols = check_block_size(block_size)
@@ -62,9 +97,9 @@ def quantize_blocks(weight: torch.Tensor, block_size: tuple[int, int] = DEFAULT_
     padded = weight.new_zeros(num_row_blocks * block_rows, num_col_blocks * block_cols, dtype=torch.float32)
     padded[:rows, :cols] = weight.float()
     blocks = padded.view(num_row_blocks, block_rows, num_col_blocks, block_cols)
-    scale = (blocks.abs().amax(dim=(1, 3)) / FP8_MAX).clamp(min=MIN_SCALE)
-    q = _to_fp8(blocks / scale[:, None, :, None]).view_as(padded)[:rows, :cols].contiguous()
-    return q, scale
+    scale = search_scales(blocks, (1, 3), scale_method)
+    q = _to_fp8(blocks / scale).view_as(padded)[:rows, :cols].contiguous()
+    return q, scale[:, 0, :, 0].contiguous()
 
 
 def check_block_size(block_size) -> tuple[int, int]:

@@ -16,6 +16,7 @@ import torch
 
 from engine.quant.config import Fp8Config
 from engine.quant.fp8 import block_scales_to_rows, quantize_blocks, quantize_per_channel
+from engine.quant.recipe import kept_16bit
 
 # A weight inside a numbered transformer block. Embeddings, the LM head and anything
 # else outside the blocks stay in 16/32-bit; norms and biases are 1-D and never match.
@@ -38,17 +39,25 @@ def scale_name(weight_name: str) -> str:
 def quantize_weight(weight: torch.Tensor, config: Fp8Config) -> tuple[torch.Tensor, torch.Tensor]:
     """weight [out, in] -> (q float8 [out, in], row-form scale float32 [out, num_groups])."""
     if config.block_size is None:
-        return quantize_per_channel(weight)
-    q, block_scale = quantize_blocks(weight, config.block_size)
+        return quantize_per_channel(weight, config.scale_method)
+    q, block_scale = quantize_blocks(weight, config.block_size, config.scale_method)
     return q, block_scales_to_rows(block_scale, weight.shape[0], config.block_size[0])
 
 
+def target_names(state: dict[str, torch.Tensor], is_target: IsTarget = is_block_linear_weight) -> list[str]:
+    return [name for name, tensor in state.items() if is_target(name, tensor)]
+
+
 def quantize_state_dict(state: dict[str, torch.Tensor], config: Fp8Config,
-                        is_target: IsTarget = is_block_linear_weight) -> dict[str, torch.Tensor]:
-    """A new state dict: every target weight as float8 plus its scale, the rest untouched."""
+                        is_target: IsTarget = is_block_linear_weight,
+                        all_targets: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """A new state dict: every target weight the recipe does not keep 16-bit as float8 plus
+    its scale, the rest untouched. all_targets: the whole model's target names when `state`
+    is one shard of it (the recipe's first and last blocks are the model's, not the shard's)."""
+    kept = kept_16bit(all_targets if all_targets is not None else target_names(state, is_target), config)
     quantized = {}
     for name, tensor in state.items():
-        if is_target(name, tensor):
+        if is_target(name, tensor) and name not in kept:
             quantized[name], quantized[scale_name(name)] = quantize_weight(tensor, config)
         else:
             quantized[name] = tensor
