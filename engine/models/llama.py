@@ -4,6 +4,15 @@
 One module for the family: Qwen2 adds a bias to q/k/v, Qwen3 an RMSNorm on each head
 of q and k; everything else is Llama. Q/K/V and gate/up are fused into one matmul each
 (CPU matmuls are faster wide), so `pack_hf_weights` concatenates the checkpoint's.
+
+NOTE: two paths through a generate layer, one result. On CPU (and for the embedder) the
+layer is the PyTorch ops as written below; their results and speed are what the parity
+tests pin. On CUDA (or with `fused_ops=True`) the small ops between the matmuls run as one
+Triton kernel each (engine/kernels/fused_ops.py): the residual add is fused into the next
+RMSNorm, so a layer carries (hidden, residual) and adds the last residual in the final norm;
+SiLU-and-multiply is one kernel; q and k are rotated in place inside the fused QKV output.
+That is about 8 launches per layer besides attention instead of about 35, and none syncs
+with the host, so the decode step can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -36,6 +45,14 @@ class RMSNorm(nn.Module):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
 
+    def fused(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """One kernel: the norm of x, or, given the residual stream, residual += x (in place)
+        and the norm of the sum."""
+        from engine.kernels import fused_ops    # triton is imported only where it is used
+        if residual is None:
+            return fused_ops.rms_norm(x, self.weight, self.eps)
+        return fused_ops.add_rms_norm(x, residual, self.weight, self.eps)
+
 
 class Attention(nn.Module):
     def __init__(self, config: DecoderConfig):
@@ -66,6 +83,27 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, k, *rope)
         return q, k, v
 
+    def forward_fused(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
+                      kv_cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        q, k, v = self.project_fused(hidden, rope)
+        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        return self.o_proj(out.reshape(-1, self.q_size))
+
+    def project_fused(self, hidden: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As project, with q and k rotated in place: one kernel over q's and k's heads side
+        by side in the QKV output (views of it come back), or two after Qwen3's q/k norms."""
+        from engine.kernels import fused_ops
+        qkv = self.qkv_proj(hidden)
+        num_tokens = qkv.shape[0]
+        heads = qkv.view(num_tokens, -1, self.head_dim)     # q heads, then k heads, then v heads
+        v = heads[:, self.num_heads + self.num_kv_heads:]
+        if self.q_norm is None:
+            fused_ops.rotary_(heads[:, :self.num_heads + self.num_kv_heads], *rope)
+            return heads[:, :self.num_heads], heads[:, self.num_heads:self.num_heads + self.num_kv_heads], v
+        q = self.q_norm(heads[:, :self.num_heads])
+        k = self.k_norm(heads[:, self.num_heads:self.num_heads + self.num_kv_heads])
+        return fused_ops.rotary_(q, *rope), fused_ops.rotary_(k, *rope), v
+
 
 class MLP(nn.Module):
     def __init__(self, config: DecoderConfig):
@@ -77,6 +115,10 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
         return self.down_proj(F.silu(gate) * up)
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        from engine.kernels import fused_ops
+        return self.down_proj(fused_ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -90,6 +132,17 @@ class DecoderLayer(nn.Module):
     def forward(self, hidden, rope, meta, kv_cache):
         hidden = hidden + self.self_attn(self.input_layernorm(hidden), rope, meta, kv_cache)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+    def forward_fused(self, hidden: torch.Tensor, residual: torch.Tensor | None, rope: Rope, meta: AttentionMetadata,
+                      kv_cache: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden: the previous layer's MLP output, not yet added to residual (the stream so
+        far; None before the first layer, where hidden is the embedding and starts it)."""
+        if residual is None:
+            residual, normed = hidden, self.input_layernorm.fused(hidden)
+        else:
+            normed = self.input_layernorm.fused(hidden, residual)
+        attended = self.self_attn.forward_fused(normed, rope, meta, kv_cache)
+        return self.mlp.forward_fused(self.post_attention_layernorm.fused(attended, residual)), residual
 
 
 class LlamaModel(nn.Module):
@@ -109,6 +162,7 @@ class LlamaForCausalLM(nn.Module):
         self.rotary = Rotary(config)
         self.model = LlamaModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.fused_ops: bool | None = None      # the Triton layer path; None: on CUDA only
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
@@ -118,9 +172,18 @@ class LlamaForCausalLM(nn.Module):
                 kv_cache: KVCache) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(positions, hidden.dtype)
+        if self.fused_ops or (self.fused_ops is None and hidden.is_cuda):
+            return self._forward_fused(hidden, rope, meta, kv_cache)
         for layer, layer_cache in zip(self.model.layers, kv_cache):
             hidden = layer(hidden, rope, meta, layer_cache)
         return self.model.norm(hidden)
+
+    def _forward_fused(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
+                       kv_cache: KVCache) -> torch.Tensor:
+        residual = None
+        for layer, layer_cache in zip(self.model.layers, kv_cache):
+            hidden, residual = layer.forward_fused(hidden, residual, rope, meta, layer_cache)
+        return self.model.norm.fused(hidden, residual)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Only for the rows that are sampled or scored: the LM head is the widest matmul."""
