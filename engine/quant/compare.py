@@ -37,6 +37,8 @@ class QuantCheck:
     perplexity_fp8: float | None = None
     wer_mean: float | None = None       # transcribe: FP8 transcript against the unquantized one
     wer_max: float | None = None
+    recipe: str | None = None           # how Barge quantized: scale method and what its recipe keeps 16-bit
+    kept_16bit: str | None = None       # the block linears the FP8 model actually left 16-bit
 
     def to_dict(self) -> dict:
         return {name: value for name, value in asdict(self).items() if value is not None}
@@ -45,13 +47,29 @@ class QuantCheck:
 def compare(baseline, fp8, rows: list, params: dict) -> QuantCheck:
     """Run `rows` through both engines (engine.Engine, one mode) with a job's params."""
     settings = fp8.settings
-    head = dict(mode=fp8.mode, quantization=settings["quantization"], baseline_dtype=baseline.settings["dtype"])
+    head = dict(mode=fp8.mode, quantization=settings["quantization"], baseline_dtype=baseline.settings["dtype"],
+                **recipe_fields(fp8))
     if fp8.mode == "embed":
         return QuantCheck(**head, **compare_embeddings(baseline, fp8, rows, params))
     if fp8.mode == "generate":
         max_tokens = min(params.get("max_tokens", GREEDY_MAX_TOKENS), GREEDY_MAX_TOKENS)
         return QuantCheck(**head, **compare_generations(baseline, fp8, rows, max_tokens))
     return QuantCheck(**head, **compare_transcripts(baseline, fp8, rows, params))
+
+
+def recipe_fields(fp8) -> dict:
+    """recipe and kept_16bit for an FP8 engine: the recipe quantization= applies at load,
+    and the block linears its model kept 16-bit (when the engine shows its model)."""
+    from engine.quant.config import fp8_config_from_name
+    from engine.quant.recipe import describe_kept, describe_recipe, kept_linears, model_of
+    quantization = fp8.settings.get("quantization")
+    fields = {}
+    if quantization in ("fp8", "fp8-block", "fp8-group"):
+        fields["recipe"] = describe_recipe(fp8_config_from_name(quantization))
+    model = model_of(fp8)
+    if model is not None:
+        fields["kept_16bit"] = describe_kept(kept_linears(model))
+    return fields
 
 
 def compare_embeddings(baseline, fp8, texts: list, params: dict) -> dict:

@@ -119,13 +119,15 @@ def _ct_weight_scheme(name: str, group: dict, default_format: str | None) -> tup
     return None         # per-tensor scales are loaded as per-channel ones, every row the same
 
 
-def hf_quantization_config(config: Fp8Config) -> dict:
-    """What `barge quantize` writes into config.json: block scales as Hugging Face's fp8 method
-    (what Qwen3-FP8 and DeepSeek ship), per-channel scales as compressed-tensors (what
-    llm-compressor's FP8_DYNAMIC writes; HF's fp8 method has no per-channel form)."""
+def hf_quantization_config(config: Fp8Config, kept_16bit: list[str] = ()) -> dict:
+    """What `barge quantize` writes into config.json: block (and 1x128 group) scales as
+    Hugging Face's fp8 method (what Qwen3-FP8 and DeepSeek ship), per-channel scales as
+    compressed-tensors (what llm-compressor's FP8_DYNAMIC writes; HF's fp8 method has no
+    per-channel form). kept_16bit: the module names the recipe left unquantized."""
+    not_converted = ["lm_head", *kept_16bit]
     if config.block_size is not None:
         return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                "weight_block_size": list(config.block_size), "modules_to_not_convert": ["lm_head"]}
+                "weight_block_size": list(config.block_size), "modules_to_not_convert": not_converted}
     scheme = {"targets": ["Linear"], "format": "float-quantized",
               "weights": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel",
                           "dynamic": False, "group_size": None, "block_structure": None},
@@ -134,4 +136,4 @@ def hf_quantization_config(config: Fp8Config) -> dict:
               "output_activations": None}
     return {"quant_method": "compressed-tensors", "format": "float-quantized",
             "quantization_status": "compressed", "config_groups": {"group_0": scheme},
-            "ignore": ["lm_head"], "kv_cache_scheme": None}
+            "ignore": not_converted, "kv_cache_scheme": None}

@@ -70,3 +70,25 @@ def describe_recipe(config: Fp8Config) -> str:
     kept = [f"first and last {config.keep_edge_blocks} block(s)"] if config.keep_edge_blocks else []
     kept += [f"every {suffix}" for suffix in config.keep_layers]
     return (f"{config.name}, {config.scale_method} scales, 16-bit: " + (", ".join(kept) or "none"))
+
+
+def kept_linears(model) -> list[str]:
+    """The linear layers inside numbered blocks that a model with FP8 layers left 16-bit
+    (plain nn.Linear beside Fp8Linear ones): what the recipe actually did to this model."""
+    from torch import nn
+
+    from engine.layers.fp8_linear import Fp8Linear
+    modules = dict(model.named_modules())
+    if not any(isinstance(module, Fp8Linear) for module in modules.values()):
+        return []
+    return [name for name, module in modules.items() if isinstance(module, nn.Linear) and BLOCK_NAME.match(name)]
+
+
+def model_of(engine):
+    """The torch model behind an engine.Engine of any mode; None for anything else."""
+    if getattr(engine, "mode", None) == "generate":
+        return getattr(getattr(getattr(engine, "llm", None), "runner", None), "model", None)
+    if getattr(engine, "mode", None) == "embed":
+        return getattr(getattr(engine, "_embedder", None), "model", None)
+    decoder = getattr(getattr(engine, "transcriber", None), "decoder", None)
+    return getattr(decoder, "model", None)

@@ -11,15 +11,18 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from engine.loader.safetensors import weight_files
 from engine.quant.checkpoint import to_checkpoint
 from engine.quant.config import fp8_config_from_name, hf_quantization_config
-from engine.quant.state import quantize_state_dict
+from engine.quant.recipe import kept_16bit
+from engine.quant.state import is_block_linear_weight, quantize_state_dict
 
 INDEX_NAME = "model.safetensors.index.json"
+SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 # Other weight formats in a source folder would be stale full-precision copies.
 SKIPPED_FILES = ("*.safetensors", INDEX_NAME, "*.bin", "*.pt", "*.pth", "*.onnx", "*.h5", "*.msgpack",
                  "*.ot", "*.gguf", ".gitattributes")
@@ -33,8 +36,9 @@ class QuantizeReport:
 
 
 def quantize_checkpoint(source: str | Path, destination: str | Path, quantization: str = "fp8") -> QuantizeReport:
-    """Write `destination`: source's files, its weights with every block linear layer in FP8,
-    and config.json's quantization_config saying how (see engine/quant/config.py)."""
+    """Write `destination`: source's files, its weights with every block linear layer the
+    recipe does not keep 16-bit in FP8, and config.json's quantization_config saying how
+    (see engine/quant/config.py), the kept layers in its ignore list."""
     source, destination = Path(source), Path(destination)
     if quantization is None:
         raise ValueError("quantization None: nothing to do; expected 'fp8' or 'fp8-block'")
@@ -43,12 +47,14 @@ def quantize_checkpoint(source: str | Path, destination: str | Path, quantizatio
     if destination.exists() and any(destination.iterdir()):
         raise ValueError(f"destination {destination} exists and is not empty")
     files = weight_files(source)
+    targets = _target_names(files)
+    kept = sorted(kept_16bit(targets, config))
     shutil.copytree(source, destination, ignore=shutil.ignore_patterns(*SKIPPED_FILES), dirs_exist_ok=True)
     num_quantized = bytes_before = bytes_after = 0
     weight_map = {}
     for path in files:
         state, metadata = _read(path)
-        written = to_checkpoint(quantize_state_dict(state, config), config)
+        written = to_checkpoint(quantize_state_dict(state, config, all_targets=targets), config)
         num_quantized += sum(1 for name in written if name.endswith(("weight_scale", "weight_scale_inv")))
         bytes_before += sum(t.nbytes for t in state.values())
         bytes_after += sum(t.nbytes for t in written.values())
@@ -58,7 +64,7 @@ def quantize_checkpoint(source: str | Path, destination: str | Path, quantizatio
     if len(files) > 1:
         (destination / INDEX_NAME).write_text(json.dumps(
             {"metadata": {"total_size": bytes_after}, "weight_map": dict(sorted(weight_map.items()))}, indent=2))
-    hf_config["quantization_config"] = hf_quantization_config(config)
+    hf_config["quantization_config"] = hf_quantization_config(config, [name.removesuffix(".weight") for name in kept])
     (destination / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
     return QuantizeReport(num_quantized, bytes_before, bytes_after)
 
@@ -75,6 +81,20 @@ def _source_config(source: Path) -> dict:
         method = hf_config["quantization_config"].get("quant_method")
         raise ValueError(f"source {source} is already quantized (quant_method {method!r})")
     return hf_config
+
+
+def _target_names(files: list[Path]) -> list[str]:
+    """The whole model's target weight names, from the files' headers (no tensor is read):
+    the recipe's first and last blocks are the model's, whatever shard they are in."""
+    names = []
+    for path in files:
+        with safe_open(str(path), framework="pt") as checkpoint:
+            for name in checkpoint.keys():
+                header = checkpoint.get_slice(name)
+                dtype = SAFETENSORS_FLOATS.get(header.get_dtype(), torch.int32)
+                if is_block_linear_weight(name, torch.empty(header.get_shape(), dtype=dtype, device="meta")):
+                    names.append(name)
+    return names
 
 
 def _read(path: Path) -> tuple[dict, dict]:

@@ -41,7 +41,8 @@ def test_embed_cosines_leave_out_rows_either_engine_refused():
     assert check.cosine_min == pytest.approx(2 ** -0.5)
     assert fp8.calls == [(["a", "b", None], {"dimensions": 2})]      # the job's own params
     assert set(check.to_dict()) == {"mode", "quantization", "baseline_dtype", "num_rows", "cosine_mean",
-                                    "cosine_min"}
+                                    "cosine_min", "recipe"}       # no model to show what it kept
+    assert check.recipe.startswith("fp8, ") and " scales, 16-bit: " in check.recipe
 
 
 def test_transcripts_are_scored_against_the_unquantized_ones():
