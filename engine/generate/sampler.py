@@ -85,29 +85,37 @@ def inverse_cdf(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, target, right=True).squeeze(-1)
 
 
+def row_base(request: Request, engine_seed: int) -> int:
+    """The row's key and output position folded to 32 bits: what its uniform is hashed from."""
+    return _mix32(row_key(request, engine_seed) ^ _mix32(request.num_output_tokens & MASK32))
+
+
 @dataclass
 class SamplingBatch:
     """The random rows' parameters on the logits' device, copied there in one transfer."""
 
-    temperatures: torch.Tensor      # float32 [rows, 1]; 1 for greedy rows (their draw is discarded)
-    top_k: torch.Tensor | None      # int64 [rows]; vocab_size where unset; None when no row sets top-k/top-p
-    top_p: torch.Tensor | None      # float32 [rows]; 1 where unset
-    row_bases: torch.Tensor         # int64 [rows]: _fold-ed (key, output position) per row
-    is_greedy: torch.Tensor         # bool [rows]
+    rows: torch.Tensor | None           # int64 [random]: their rows in the step's logits; None: all rows
+    temperatures: torch.Tensor          # float32 [random, 1]
+    row_bases: torch.Tensor             # int64 [random]: row_base of each
+    filtered_rows: torch.Tensor | None  # int64 [filtered]: the random rows with top-k or top-p; None: all
+    top_k: torch.Tensor | None          # int64 [filtered], vocab_size where unset; None: no row filters
+    top_p: torch.Tensor | None          # float32 [filtered], 1 where unset
 
     @classmethod
-    def build(cls, requests: list[Request], engine_seed: int, vocab_size: int,
+    def build(cls, requests: list[Request], random_rows: list[int], engine_seed: int, vocab_size: int,
               device: torch.device) -> "SamplingBatch":
-        columns = [(float(p.is_greedy), 1.0 if p.is_greedy else p.temperature, min(p.top_k or vocab_size, vocab_size),
-                    p.top_p, _mix32(row_key(r, engine_seed) ^ _mix32(r.num_output_tokens & MASK32)))
-                   for r in requests for p in (r.params,)]
-        # float64 holds every column exactly (sizes and 32-bit keys); one host-to-device copy.
-        table = torch.tensor(columns, dtype=torch.float64).to(device, non_blocking=True)
-        is_filtered = any(r.params.top_k is not None or r.params.top_p < 1.0 for r in requests)
-        return cls(temperatures=table[:, 1:2].float(),
-                   top_k=table[:, 2].long() if is_filtered else None,
-                   top_p=table[:, 3].float() if is_filtered else None,
-                   row_bases=table[:, 4].long(), is_greedy=table[:, 0] == 1.0)
+        sampled = [requests[row] for row in random_rows]
+        filtered = [index for index, r in enumerate(sampled) if r.params.top_k is not None or r.params.top_p < 1.0]
+        values = [v for row, r in zip(random_rows, sampled) for v in (row, r.params.temperature, row_base(r, engine_seed))]
+        values += [v for index in filtered for v in (index, min(sampled[index].params.top_k or vocab_size, vocab_size),
+                                                    sampled[index].params.top_p)]
+        # float64 holds every value exactly (rows, sizes, 32-bit bases); one host-to-device copy.
+        flat = torch.tensor(values, dtype=torch.float64).to(device, non_blocking=True)
+        table, filters = flat[:3 * len(sampled)].view(-1, 3), flat[3 * len(sampled):].view(-1, 3)
+        return cls(rows=None if len(sampled) == len(requests) else table[:, 0].long(),
+                   temperatures=table[:, 1:2].float(), row_bases=table[:, 2].long(),
+                   filtered_rows=None if len(filtered) == len(sampled) else filters[:, 0].long(),
+                   top_k=filters[:, 1].long() if filtered else None, top_p=filters[:, 2].float() if filtered else None)
 
 
 class Sampler:
@@ -134,16 +142,21 @@ class Sampler:
         return chosen, logprobs
 
     def sample(self, logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
-        """int64 [num_rows] on the logits' device; nothing is copied back."""
-        greedy = logits.argmax(dim=-1)
-        if all(request.params.is_greedy for request in requests):
-            return greedy
-        batch = SamplingBatch.build(requests, self.seed, logits.shape[-1], logits.device)
-        scaled = logits / batch.temperatures
-        if batch.top_k is not None:
+        """int64 [num_rows] on the logits' device; nothing is copied back. Only the random
+        rows are drawn, and only the rows with top-k / top-p are sorted."""
+        random_rows = [row for row, request in enumerate(requests) if not request.params.is_greedy]
+        if not random_rows:
+            return logits.argmax(dim=-1)
+        batch = SamplingBatch.build(requests, random_rows, self.seed, logits.shape[-1], logits.device)
+        scaled = (logits if batch.rows is None else logits[batch.rows]) / batch.temperatures
+        if batch.top_k is not None and batch.filtered_rows is None:
             scaled = top_k_top_p(scaled, batch.top_k, batch.top_p)
+        elif batch.top_k is not None:
+            scaled[batch.filtered_rows] = top_k_top_p(scaled[batch.filtered_rows], batch.top_k, batch.top_p)
         drawn = inverse_cdf(scaled, row_uniforms(batch.row_bases))
-        return torch.where(batch.is_greedy, greedy, drawn)
+        if batch.rows is None:
+            return drawn
+        return logits.argmax(dim=-1).index_put_((batch.rows,), drawn)
 
     @staticmethod
     def _score(logits: torch.Tensor, token_ids: torch.Tensor, requests: list[Request],
