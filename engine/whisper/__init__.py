@@ -9,6 +9,7 @@
     logit_rules.py openai-whisper's suppression and timestamp rules
     scheduler.py   continuous batching: who runs in which slot
     decoding.py    ChunkDecoder.step(): admit → encode → decode one token each → sample → release
+    decoder_step.py the decoder step: eager on CPU; static buckets replayed as CUDA graphs on CUDA
     segments.py    timestamp tokens → segments
     transcriber.py long-form: files → chunks → decoder → quality fallback → stitched transcripts
     build.py       load_transcriber (the FP8 hook is here)

@@ -124,7 +124,8 @@ class DecoderStep:
         """A model that cannot be captured (a host sync in a layer) runs its static steps
         eagerly from then on, with a warning, rather than failing the job."""
         try:
-            self._capture(buffers)
+            with torch.cuda.device(self.device):        # the graph and its pool on the cache's device
+                self._capture(buffers)
         except RuntimeError as exc:
             warnings.warn(f"Whisper decoder step not captured as a CUDA graph, running it eagerly: {exc}")
             self.use_graphs = False
