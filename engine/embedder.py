@@ -64,8 +64,10 @@ class Embedder:
         use_fp8_linears(model, state, fp8.block_cols if fp8 else None)
         assign_weights(model, state, folder)
         model = model.to(device=device, dtype=dtype).eval()
-        if linear.ONEDNN_PAYS:    # CPU fp32: weights reordered once for oneDNN; AVX2 alone: MKL, plain weights
-            pack_linears(model, max_batch_tokens)
+        # CPU fp32: weights reordered once for oneDNN; AVX2 alone: MKL, plain weights. CPU bf16:
+        # packed for oneDNN's AMX kernels wherever this CPU has oneDNN's bf16 linears.
+        if linear.ONEDNN_PAYS or dtype == torch.bfloat16:
+            pack_linears(model, max_batch_tokens, (torch.float32, torch.bfloat16))
         return cls(config, tokenizer, model, device, max_batch_tokens)
 
     @property

@@ -2,10 +2,17 @@
 
 On CUDA: one Triton varlen kernel call for the whole batch (engine/kernels/varlen_attention.py),
 texts delimited by the batch's cu_seqlens. On CPU in fp32: one call of the compiled CPU
-kernel for the whole batch (engine/kernels/cpu/varlen_attention.cpp). Elsewhere (bf16 on
-CPU, no compiler, BARGE_CPU_KERNELS=0; CUDA without Triton or with head_dim over the
-kernel's limit): one dense SDPA call per run of equal-length texts (views of the flat
-tensor, no padding).
+kernel for the whole batch (engine/kernels/cpu/varlen_attention.cpp). Elsewhere (no
+compiler, BARGE_CPU_KERNELS=0; CUDA without Triton or with head_dim over the kernel's
+limit): one dense SDPA call per run of equal-length texts (views of the flat tensor, no
+padding).
+
+NOTE: an encoder's bf16 attention on CPU (varlen_attention, the embedder's AMX path)
+widens q|k|v to fp32 and takes the compiled fp32 kernel, then narrows the output. SDPA
+per group in bf16 took most of the forward's time once AMX made the linears fast (43 %
+of MiniLM's, in a profile on this project's 2-core Xeon), and the widening costs two
+passes over [num_tokens, 3 * hidden]; softmax and P·V stay in fp32 as a bonus.
+packed_attention (decoders, ModernBERT) keeps its paths: bf16 there is SDPA per group.
 """
 
 from __future__ import annotations
@@ -48,6 +55,11 @@ def cpu_kernel_runs_on(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype == torch.float32 and cpu_ops.cpu_kernels_available()
 
 
+def cpu_kernel_runs_widened(x: torch.Tensor) -> bool:
+    """A bf16 tensor on CPU that the fp32 kernel takes once widened (see the NOTE above)."""
+    return x.device.type == "cpu" and x.dtype == torch.bfloat16 and cpu_ops.cpu_kernels_available()
+
+
 def _varlen_kernel() -> ModuleType | None:
     try:        # Triton only where a GPU runs it
         from engine.kernels import varlen_attention
@@ -73,6 +85,8 @@ def varlen_attention(qkv: torch.Tensor, groups: tuple[AttentionGroup, ...], num_
     if cpu_kernel_runs_on(qkv):
         q, k, v = qkv.view(num_tokens, 3, num_heads, head_dim).unbind(1)
         return _attend_on_cpu_kernel(q, k, v, groups, cu_seqlens, None, False).view(num_tokens, hidden)
+    if cpu_kernel_runs_widened(qkv):
+        return varlen_attention(qkv.float(), groups, num_heads, cu_seqlens).to(qkv.dtype)
     out = qkv.new_empty(num_tokens, hidden)
     for group in groups:
         end = group.start + group.num_tokens
