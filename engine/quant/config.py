@@ -26,7 +26,7 @@ QUANTIZATIONS = (None, "fp8", "fp8-block", "fp8-group")
 WEIGHT_STRATEGIES = ("channel", "tensor", "block")
 # What quantization="fp8" (and its variants) does when Barge quantizes: chosen by SmolLM2's
 # perplexity over several held-out texts (engine/quant/recipe.py says how, docs/design.md the figures).
-DEFAULT_RECIPE = dict(scale_method="absmax", keep_edge_blocks=0, keep_layers=())
+DEFAULT_RECIPE = dict(scale_method="absmax", keep_edge_blocks=1, keep_layers=())
 GROUP_BLOCK_SIZE = (1, 128)         # "fp8-group": one scale per row and 128 input columns
 
 

@@ -2,7 +2,8 @@
 Barge's FP8 recipe (the scale half is engine/quant/fp8.py's scale_method).
 
     keep_edge_blocks = 1     model.layers.0.* and model.layers.{last}.* stay 16-bit, per
-                             stack: Whisper's encoder and decoder each keep their own ends
+                             stack (Whisper's encoder and decoder each keep their own ends),
+                             in stacks of 8 blocks or more (MAX_EDGE_SHARE)
     keep_layers = ("mlp.down_proj",)   every linear whose name ends so stays 16-bit
 
 NOTE: the first and last blocks are where a small model's quantization error costs most:
@@ -19,6 +20,9 @@ from collections import defaultdict
 
 from engine.quant.config import Fp8Config
 
+# A stack keeps its edge blocks only where they are at most a quarter of it: in a shallow
+# stack (MiniLM's 6 layers, Whisper's 4 or 6) they would take most of FP8's saving with them.
+MAX_EDGE_SHARE = 0.25
 # "<stack>.<N>.rest": the stack is everything up to the block number (model.layers,
 # model.encoder.layers, encoder.layer), so blocks count per stack.
 BLOCK_NAME = re.compile(r"^(?P<stack>(?:.*\.)?layers?)\.(?P<index>\d+)\.(?P<rest>.+)$")
@@ -47,6 +51,8 @@ def _edge_blocks(names: list[str], num_edge: int) -> set[tuple[str, int]]:
     edges = set()
     for stack, found in indices.items():
         ordered = sorted(found)
+        if 2 * num_edge > len(ordered) * MAX_EDGE_SHARE:
+            continue
         edges.update((stack, index) for index in ordered[:num_edge] + ordered[-num_edge:] if num_edge)
     return edges
 

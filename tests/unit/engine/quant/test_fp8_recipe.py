@@ -70,24 +70,33 @@ def test_group_scales_are_one_per_row_and_128_columns_and_follow_each_groups_ran
 
 
 def test_the_recipe_keeps_the_first_and_last_block_of_each_stack():
-    names = [f"model.{stack}.layers.{i}.{leaf}.weight" for stack in ("encoder", "decoder") for i in range(4)
+    names = [f"model.{stack}.layers.{i}.{leaf}.weight" for stack in ("encoder", "decoder") for i in range(8)
              for leaf in ("fc1", "fc2")]
     kept = kept_16bit(names, Fp8Config(keep_edge_blocks=1))
-    assert kept == {f"model.{stack}.layers.{i}.{leaf}.weight" for stack in ("encoder", "decoder") for i in (0, 3)
+    assert kept == {f"model.{stack}.layers.{i}.{leaf}.weight" for stack in ("encoder", "decoder") for i in (0, 7)
                     for leaf in ("fc1", "fc2")}
     assert kept_16bit(names, Fp8Config()) == set()
     assert kept_16bit(names, Fp8Config(keep_layers=("fc2",))) == {n for n in names if ".fc2." in n}
-    bert = [f"encoder.layer.{i}.output.dense.weight" for i in range(6)]
-    assert kept_16bit(bert, Fp8Config(keep_edge_blocks=2)) == {bert[i] for i in (0, 1, 4, 5)}
+    bert = [f"encoder.layer.{i}.output.dense.weight" for i in range(16)]
+    assert kept_16bit(bert, Fp8Config(keep_edge_blocks=2)) == {bert[i] for i in (0, 1, 14, 15)}
+
+
+def test_a_shallow_stack_keeps_no_edge_blocks():
+    # Edge blocks are kept where they are at most a quarter of the stack: 2 of 8, not 2 of 7.
+    names = [f"encoder.layer.{i}.output.dense.weight" for i in range(7)]
+    assert kept_16bit(names, Fp8Config(keep_edge_blocks=1)) == set()
+    assert kept_16bit(names + ["encoder.layer.7.output.dense.weight"], Fp8Config(keep_edge_blocks=1)) == \
+        {names[0], "encoder.layer.7.output.dense.weight"}
 
 
 def test_a_shard_quantizes_by_the_whole_models_blocks():
-    state = {f"model.layers.{i}.mlp.down_proj.weight": torch.randn(8, 16) for i in range(2, 4)}
-    all_targets = [f"model.layers.{i}.mlp.down_proj.weight" for i in range(6)]
+    state = {f"model.layers.{i}.mlp.down_proj.weight": torch.randn(8, 16) for i in range(6, 8)}
+    all_targets = [f"model.layers.{i}.mlp.down_proj.weight" for i in range(16)]
     quantized = quantize_state_dict(state, Fp8Config(keep_edge_blocks=1), all_targets=all_targets)
-    assert sorted(quantized_weight_names(quantized)) == sorted(state)      # blocks 2, 3 are inner blocks
-    alone = quantize_state_dict(state, Fp8Config(keep_edge_blocks=1))      # the shard taken as the model
-    assert quantized_weight_names(alone) == []
+    assert sorted(quantized_weight_names(quantized)) == sorted(state)      # blocks 6, 7 are inner blocks
+    shard = {f"model.layers.{i}.mlp.down_proj.weight": torch.randn(8, 16) for i in range(8, 16)}
+    alone = quantize_state_dict(shard, Fp8Config(keep_edge_blocks=1))      # the shard taken as the model
+    assert sorted(quantized_weight_names(alone)) == sorted(f"model.layers.{i}.mlp.down_proj.weight" for i in range(9, 15))
 
 
 def test_the_named_schemes_carry_the_default_recipe_and_the_group_variant():
