@@ -14,7 +14,7 @@ from engine.config import EncoderConfig, load_encoder_config
 from engine.layers.pooling import finish, pool
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers import linear
-from engine.layers.packed_linear import pack_linears
+from engine.layers.packed_linear import HAS_BF16_PACKING, pack_linears
 from engine.loader.safetensors import assign_weights, read_weights, weight_files
 from engine.models.families import MODEL_TYPES
 from engine.oom import OOM_ROW_ERROR, OomGuard
@@ -52,6 +52,7 @@ class Embedder:
              quantization: str | None = None) -> "Embedder":
         """quantization: None or "fp8" / "fp8-block" (engine/quant/config.py); a folder whose
         config.json declares FP8 loads as FP8 either way."""
+        check_cpu_dtype(dtype, device)
         config = load_encoder_config(folder)
         family = MODEL_TYPES[config.model_type]
         checkpoint_fp8 = fp8_config_of_folder(folder)
@@ -186,6 +187,14 @@ class Embedder:
         batch_tokens = sum(lengths[row] for row in rows)
         self.max_batch_tokens = max(1, min(self.max_batch_tokens, batch_tokens) // 2)
         self.oom_guard.record(error, self.device, f"max_batch_tokens lowered to {self.max_batch_tokens}")
+
+
+def check_cpu_dtype(dtype: torch.dtype, device: torch.device) -> None:
+    """bf16 on a CPU is the AMX path: refused, before anything loads, where oneDNN has no
+    bf16 linears (no AVX-512 BF16 / AMX), as it would run slower than fp32 there."""
+    if torch.device(device).type == "cpu" and dtype == torch.bfloat16 and not HAS_BF16_PACKING:
+        raise ValueError("dtype bfloat16 on CPU needs oneDNN's bf16 linears (AVX-512 with BF16, or AMX), which this "
+                         "CPU or PyTorch build lacks; embed in float32 here")
 
 
 def text_error(text: object) -> str | None:

@@ -208,3 +208,20 @@ def test_a_build_for_one_cpu_is_not_loaded_on_another(monkeypatch):
     here = cpu_ops._build_name()
     monkeypatch.setattr(cpu_ops, "_cpu_features", lambda: b"model name\t: another\nflags\t\t: fpu avx2 fma")
     assert cpu_ops._build_name() != here
+
+
+def test_bf16_bert_attention_on_cpu_takes_the_fp32_kernel_widened(monkeypatch):
+    """The embedder's bf16 path: q|k|v widened for the compiled fp32 kernel, the output in
+    bf16 within its rounding of the fp32 result; SDPA per group is not called."""
+    if not cpu_ops.cpu_kernels_available():
+        pytest.skip("the CPU kernels could not be built here")
+    seq_lens, num_heads = [2, 5, 5, 11], 2
+    torch.manual_seed(2)
+    qkv = torch.randn(sum(seq_lens), 3 * num_heads * HEAD_DIM).to(torch.bfloat16)
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", None)     # any SDPA call fails
+    ours = varlen_attention(qkv, attention_groups(seq_lens), num_heads)
+    monkeypatch.undo()
+    q, k, v = (x.float().contiguous() for x in qkv.view(-1, 3, num_heads, HEAD_DIM).unbind(1))
+    expected = one_text_at_a_time(q, k, v, seq_lens).flatten(1)
+    assert ours.dtype == torch.bfloat16
+    assert torch.allclose(ours.float(), expected, atol=1e-2)

@@ -3,6 +3,8 @@ and pack_linears swaps only plain fp32 linears on the CPU."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,7 +12,7 @@ from torch import nn
 
 from engine.cpu_memory import keep_freed_memory
 from engine.layers.linear import linear_act, linear_residual
-from engine.layers.packed_linear import HAS_ONEDNN_PACKING, PackedLinear, pack_linears
+from engine.layers.packed_linear import HAS_BF16_PACKING, HAS_ONEDNN_PACKING, PackedLinear, pack_linears
 from tests.support.linear_paths import LINEAR_PATHS, linear_path
 
 pytestmark = pytest.mark.skipif(not HAS_ONEDNN_PACKING, reason="this PyTorch build has no oneDNN weight packing")
@@ -89,3 +91,39 @@ def test_pack_linears_swaps_plain_fp32_linears_only():
 def test_the_allocator_keeps_freed_memory_on_glibc():
     assert keep_freed_memory() is True   # this machine runs glibc; the call is idempotent
     assert keep_freed_memory() is True
+
+
+bf16_linears = pytest.mark.skipif(not HAS_BF16_PACKING, reason="oneDNN has no bf16 linears on this CPU")
+
+
+@bf16_linears
+@pytest.mark.parametrize("rows", [1, 33, 300])
+def test_a_packed_bf16_linear_and_its_epilogues_match_fp32_math(rows):
+    """The embedder's AMX path: bf16 in, fp32 accumulation, bf16 out, GELU and the residual
+    add as post-ops; within bf16's rounding of the fp32 results."""
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 160)
+    x, residual = torch.randn(rows, 96), torch.randn(rows, 160)
+    with torch.no_grad():
+        expected = {"plain": linear(x), "gelu": F.gelu(linear(x)), "add": residual + linear(x)}
+    packed = PackedLinear(copy.deepcopy(linear).to(torch.bfloat16), batch_hint=64)
+    xb = x.to(torch.bfloat16)
+    with torch.inference_mode():
+        ours = {"plain": packed(xb), "gelu": linear_act(xb, packed, "gelu"),
+                "add": linear_residual(xb, packed, residual.to(torch.bfloat16))}
+    for name, value in ours.items():
+        assert value.dtype == torch.bfloat16
+        assert torch.allclose(value.float(), expected[name], atol=0.05, rtol=0.02), name
+
+
+@bf16_linears
+def test_pack_linears_packs_bf16_only_when_asked():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4)).to(torch.bfloat16)
+    assert pack_linears(model, batch_hint=4) == 0             # decoders and Whisper: fp32 only
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        expected = model(x)
+    assert pack_linears(model, batch_hint=4, dtypes=(torch.float32, torch.bfloat16)) == 2
+    assert [type(m).__name__ for m in model] == ["PackedLinear", "PackedLinear"]
+    with torch.no_grad():
+        assert torch.allclose(model(x).float(), expected.float(), atol=0.03)
