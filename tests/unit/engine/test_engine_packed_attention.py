@@ -1,7 +1,7 @@
 """packed_attention, varlen_attention and band_masks against plain attention run one text at a
 time: both CPU paths (the compiled kernel over the whole batch, and SDPA per group), and the
-GPU path (the Triton kernel over the whole batch) run here by Triton's interpreter with the
-device check forced open."""
+GPU path (the Triton kernel over the whole batch) on CUDA tensors where there is a GPU, else
+by Triton's interpreter on CPU tensors with the device check forced open."""
 
 import os
 
@@ -91,14 +91,21 @@ def test_strided_views_of_a_fused_projection_are_taken_as_they_are(cpu_path):
     assert torch.allclose(ours, expected, atol=1e-5)
 
 
+# The GPU path runs on the device its tensors are on: CUDA where there is a GPU (the
+# compiled kernel, which takes no CPU tensor), else CPU tensors through Triton's interpreter.
+KERNEL_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 @pytest.fixture
 def kernel_path(monkeypatch):
-    """The GPU path on CPU tensors: the kernel runs interpreted (tests/conftest.py sets
-    TRITON_INTERPRET=1 where there is no GPU) once the device check lets it."""
+    """The GPU path on KERNEL_DEVICE: compiled on a GPU; without one, interpreted
+    (tests/conftest.py sets TRITON_INTERPRET=1) once the device check lets CPU tensors in."""
     pytest.importorskip("triton")
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no GPU and TRITON_INTERPRET is not 1")
-    monkeypatch.setattr(attention, "kernel_runs_on", lambda device, head_dim=128: True)
+    if KERNEL_DEVICE.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("no GPU and TRITON_INTERPRET is not 1")
+        monkeypatch.setattr(attention, "kernel_runs_on", lambda device, head_dim=128: True)
+    return KERNEL_DEVICE
 
 
 @pytest.mark.parametrize("is_causal, half_window, num_kv_heads", [(False, None, 4), (True, None, 2), (False, 2, 4)])
@@ -106,11 +113,13 @@ def test_the_kernel_path_matches_one_text_at_a_time(kernel_path, is_causal, half
     seq_lens = [1, 3, 3, 6, 9, 9]
     q, k, v = random_qkv(sum(seq_lens), 4, num_kv_heads)
     groups = attention_groups(seq_lens)
-    window = sliding_window(groups, half_window, q) if half_window is not None else None
+    on_device = [x.to(kernel_path) for x in (q, k, v)]
+    window = sliding_window(groups, half_window, on_device[0]) if half_window is not None else None
     assert window is None or window.masks is None            # the kernel applies the band itself
-    ours = packed_attention(q, k, v, groups, window, is_causal=is_causal)
+    ours = packed_attention(*on_device, groups, window, is_causal=is_causal)
     expected = one_text_at_a_time(q, k, v, seq_lens, is_causal, half_window)
-    assert torch.allclose(ours, expected, atol=1e-5)
+    assert ours.device.type == kernel_path.type
+    assert torch.allclose(ours.cpu(), expected, atol=1e-5)
 
 
 def test_the_kernel_path_takes_bert_fused_qkv_and_the_batch_cu_seqlens(kernel_path):
@@ -118,12 +127,12 @@ def test_the_kernel_path_takes_bert_fused_qkv_and_the_batch_cu_seqlens(kernel_pa
     torch.manual_seed(2)
     qkv = torch.randn(sum(seq_lens), 3 * num_heads * HEAD_DIM)
     groups = attention_groups(seq_lens)
-    cu_seqlens = torch.tensor([0, 2, 7, 12, 23], dtype=torch.int32)
-    ours = varlen_attention(qkv, groups, num_heads, cu_seqlens)
+    cu_seqlens = torch.tensor([0, 2, 7, 12, 23], dtype=torch.int32, device=kernel_path)
+    ours = varlen_attention(qkv.to(kernel_path), groups, num_heads, cu_seqlens)
     q, k, v = (x.contiguous() for x in qkv.view(-1, 3, num_heads, HEAD_DIM).unbind(1))
     expected = one_text_at_a_time(q, k, v, seq_lens).flatten(1)
-    assert ours.shape == (sum(seq_lens), num_heads * HEAD_DIM)
-    assert torch.allclose(ours, expected, atol=1e-5)
+    assert ours.shape == (sum(seq_lens), num_heads * HEAD_DIM) and ours.device.type == kernel_path.type
+    assert torch.allclose(ours.cpu(), expected, atol=1e-5)
 
 
 def test_bert_fused_qkv_on_cpu(cpu_path):
