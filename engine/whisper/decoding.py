@@ -203,13 +203,17 @@ class ChunkDecoder:
         self._apply_rules(requests, logits)
         logprobs = torch.log_softmax(logits, dim=-1)
         tokens = logits.argmax(dim=-1).tolist()
-        finished = []
         for row, request in enumerate(requests):
             if request.options.temperature > 0:
                 probs = torch.softmax(logits[row] / request.options.temperature, dim=-1).cpu()
                 tokens[row] = int(torch.multinomial(probs, 1, generator=request.generator))
+        # One read of the device for every row's log-probability, not one per row.
+        chosen = torch.tensor(tokens, device=logprobs.device)[:, None]
+        token_logprobs = logprobs.gather(1, chosen)[:, 0].tolist()
+        finished = []
+        for row, request in enumerate(requests):
             token = tokens[row]
-            request.sum_logprob += float(logprobs[row, token])
+            request.sum_logprob += token_logprobs[row]
             if token != self.tokenizer.eot:
                 request.output.append(token)
             if (token == self.tokenizer.eot or len(request.output) >= request.options.max_new_tokens

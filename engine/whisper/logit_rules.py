@@ -22,19 +22,42 @@ class LogitRules:
         self.tokenizer = tokenizer
         self.suppress_ids = torch.tensor(sorted(set(suppress_ids)), dtype=torch.long)
         self.suppress_ids_begin = torch.tensor(sorted(set(suppress_ids_begin)), dtype=torch.long)
+        self._ids_on_device: dict[tuple[str, torch.device], torch.Tensor] = {}
 
     def apply(self, logits: torch.Tensor, outputs: list[list[int]], with_timestamps: list[bool],
               max_initial_timestamp: list[int]) -> None:
-        """In place, on logits [n, vocab] whose row k continues outputs[k] (sampled tokens)."""
+        """In place, on logits [n, vocab] whose row k continues outputs[k] (sampled tokens).
+
+        NOTE: the rows' last rule (timestamps when they outweigh text) is decided for all
+        rows at once, one read of the device per step rather than one per row."""
         for k, sampled in enumerate(outputs):
             if not sampled:
-                logits[k, self.suppress_ids_begin] = NEG_INF
-        logits[:, self.suppress_ids] = NEG_INF
-        for k, sampled in enumerate(outputs):
-            if with_timestamps[k]:
-                self._timestamp_rules(logits[k], sampled, max_initial_timestamp[k])
+                logits[k, self._on("suppress_ids_begin", logits)] = NEG_INF
+        logits[:, self._on("suppress_ids", logits)] = NEG_INF
+        rows = [k for k, sampled in enumerate(outputs) if with_timestamps[k]]
+        for k in rows:
+            self._timestamp_rules(logits[k], outputs[k], max_initial_timestamp[k])
+        if rows:
+            self._timestamps_when_likelier(logits, rows)
+
+    def _on(self, name: str, logits: torch.Tensor) -> torch.Tensor:
+        """An id list (suppress_ids, suppress_ids_begin) on the logits' device, copied there once."""
+        key = (name, logits.device)
+        if key not in self._ids_on_device:
+            self._ids_on_device[key] = getattr(self, name).to(logits.device)
+        return self._ids_on_device[key]
+
+    def _timestamps_when_likelier(self, logits: torch.Tensor, rows: list[int]) -> None:
+        """A timestamp whenever the timestamps together outweigh the likeliest text token."""
+        begin = self.tokenizer.timestamp_begin
+        logprobs = torch.log_softmax(logits[rows].float(), dim=-1)
+        likelier = (logprobs[:, begin:].logsumexp(dim=-1) > logprobs[:, :begin].max(dim=-1).values).tolist()
+        for k, is_likelier in zip(rows, likelier):
+            if is_likelier:
+                logits[k, :begin] = NEG_INF
 
     def _timestamp_rules(self, row: torch.Tensor, sampled: list[int], max_initial_index: int) -> None:
+        """Every rule but the last (_timestamps_when_likelier), in place on one row."""
         begin, eot = self.tokenizer.timestamp_begin, self.tokenizer.eot
         row[self.tokenizer.no_timestamps] = NEG_INF
         last_was_timestamp = len(sampled) >= 1 and sampled[-1] >= begin
@@ -52,9 +75,6 @@ class LogitRules:
         if not sampled:
             row[:begin] = NEG_INF
             row[begin + max_initial_index + 1:] = NEG_INF
-        logprobs = torch.log_softmax(row.float(), dim=-1)
-        if logprobs[begin:].logsumexp(dim=-1) > logprobs[:begin].max():
-            row[:begin] = NEG_INF
 
 
 def compression_ratio(text: str) -> float:
