@@ -74,3 +74,53 @@ def test_decode_steps_through_the_graph_buffers_give_the_same_tokens(llama, monk
     tokens, _ = run(engine)
     assert llm.runner.graphs.num_runs > 0
     assert tokens == native
+
+
+@pytest.mark.parametrize("value, device, backend", [
+    (None, "cpu", "native"), ("auto", "cpu", "native"), ("", "cpu", "native"), ("triton", "cpu", "triton"),
+    (" Triton ", "cpu", "triton"), (None, "cuda", "triton"), ("native", "cuda", "native")])
+def test_the_attention_backend_is_triton_on_cuda_and_native_elsewhere_unless_named(value, device, backend,
+                                                                                   monkeypatch):
+    from engine.generate.attention import attention_backend
+    if value is None:
+        monkeypatch.delenv("BARGE_ATTENTION_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("BARGE_ATTENTION_BACKEND", value)
+    assert attention_backend(torch.device(device)) == backend
+
+
+def test_an_unknown_attention_backend_is_refused_naming_it(monkeypatch):
+    from engine.generate.attention import attention_backend
+    monkeypatch.setenv("BARGE_ATTENTION_BACKEND", "flash")
+    with pytest.raises(ValueError, match="BARGE_ATTENTION_BACKEND.*'flash'"):
+        attention_backend(torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs are a CUDA matter")
+def test_a_decode_step_on_cuda_syncs_only_to_read_the_sampled_ids(llama, monkeypatch):
+    """The forward (graph replay, and eager under enforce_eager) and the LM head run with
+    CUDA's sync debug mode set to raise: no .item(), .tolist() or blocking copy inside."""
+    from engine import Engine, SamplingParams
+    monkeypatch.delenv("BARGE_ATTENTION_BACKEND", raising=False)
+    for enforce_eager in (False, True):
+        engine = Engine.from_pretrained(llama, mode="generate", device="cuda", dtype="float32",
+                                        enforce_eager=enforce_eager, **OPTIONS)
+        llm, runner = engine.llm, engine.llm.runner
+        assert (runner.graphs is not None) == (not enforce_eager)
+        assert engine.settings["cuda_graphs"] == (not enforce_eager)
+        for prompt in ([5, 6, 7], [8, 9, 10, 11, 12]):
+            llm.add_request(prompt, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+        llm.step()
+        batch = runner.prepare(llm.scheduler.schedule())
+        assert batch.is_decode_only
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            with torch.inference_mode():
+                if runner.graphs is not None:
+                    hidden = runner.graphs.run(batch)
+                else:
+                    hidden = runner.model(batch.input_ids, batch.positions, batch.meta, runner.kv_cache)
+                runner.model.compute_logits(hidden[batch.logit_rows])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
