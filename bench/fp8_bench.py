@@ -2,15 +2,18 @@
 against its PyTorch reference (the FP8 GEMMs, the embed path's varlen attention).
 
 On a GPU: an 8B-shaped Llama (hidden 4096, 32 layers, FFN 14336, GQA 32/8, vocab 128256),
-batches 1 and 64. The FP8 model runs whatever the GPU supports (W8A8 on capability >= 8.9,
-the Triton weight-only kernel below it); --scheme fp8-block runs 128x128 block scales.
+batches 1 and 64, bf16 beside `fp8` (per-channel) and `fp8-block` (128x128) in one run, each
+model built once and run at both batches. The FP8 models run whatever the GPU supports (W8A8
+on capability >= 8.9: activations quantized by engine/kernels/fp8_act_quant.py, then
+_scaled_mm or the Triton group GEMM; the Triton weight-only kernel below it), with Barge's
+default recipe (engine/quant/config.py: what stays 16-bit, how scales are chosen).
 On CPU it runs a tiny shape (kernels under TRITON_INTERPRET=1), so the script is exercised
 everywhere; CPU speeds say nothing about GPUs. On a GPU the varlen attention kernel is also
 timed on texts of mixed lengths beside SDPA per equal-length run (its fallback) and SDPA over
 the padded batch (what padding costs).
 
     python bench/fp8_bench.py                      # GPU: the 8B shape; CPU: tiny
-    python bench/fp8_bench.py --scheme fp8-block --max-tokens 256
+    python bench/fp8_bench.py --schemes fp8 --max-tokens 256
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from engine.batching import attention_groups, cu_seqlens  # noqa: E402
 from engine.layers.attention import SlidingWindow, attend_per_group  # noqa: E402
 from engine.layers.fp8_linear import Fp8Linear, fp8_backend, fp8_linear, fp8_weight_bytes  # noqa: E402
 from engine.quant.checkpoint import load_fp8_state  # noqa: E402
+from engine.quant.config import fp8_config_from_name  # noqa: E402
+from engine.quant.recipe import describe_recipe  # noqa: E402
 from engine.quant.fp8 import block_scales_to_rows, quantize_activations, quantize_blocks, quantize_per_channel  # noqa: E402
 from tests.support.random_decoders import save_tokenizer  # noqa: E402
 
@@ -71,11 +76,20 @@ def random_state(config: DecoderConfig, device: torch.device, dtype: torch.dtype
     return state
 
 
-def decode_tokens_per_second(config, quantization, tokenizer, device, dtype, batch, max_tokens) -> tuple[float, float]:
+def decode_speeds(config, quantization, tokenizer, device, dtype, batches, max_tokens) -> tuple[list[float], float]:
+    """(tokens/s at each batch, the FP8 layers' stored bytes over bf16's) for one model, built once."""
     state, fp8 = load_fp8_state(random_state(config, device, dtype), None, quantization)
     model = build_model(config, state, dtype, device, fp8)
     del state
     stored, bf16 = fp8_weight_bytes(model)
+    speeds = [decode_tokens_per_second(model, config, tokenizer, device, dtype, batch, max_tokens) for batch in batches]
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return speeds, (stored / bf16 if bf16 else 1.0)
+
+
+def decode_tokens_per_second(model, config, tokenizer, device, dtype, batch, max_tokens) -> float:
     engine = LLMEngine(model, config, tokenizer, GenerateOptions(max_num_seqs=batch, num_blocks=batch * 24 + 8,
                                                                  block_size=16, max_num_batched_tokens=4096),
                        dtype, device)
@@ -87,10 +101,10 @@ def decode_tokens_per_second(config, quantization, tokenizer, device, dtype, bat
     engine.generate(prompts, params)
     _sync(device)
     tokens_per_second = batch * max_tokens / (time.perf_counter() - started)
-    del engine, model
+    del engine
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return tokens_per_second, (stored / bf16 if bf16 else 1.0)
+    return tokens_per_second
 
 
 def _sync(device: torch.device) -> None:
@@ -119,9 +133,22 @@ def kernel_errors(device: torch.device, shapes: list[tuple[int, int, int]]) -> l
         ours = fp8_matmul.fp8_w8a8_group_matmul(x_q, x_scale, q_block, block_rows, 128, torch.bfloat16)
         expected = fp8_matmul.reference_w8a8(x_q, x_scale, q_block, block_rows, 128, torch.bfloat16)
         lines.append(_error_line("w8a8 block bf16", (tokens, out_features, in_features), ours, expected))
+        lines.append(_act_quant_line(device, tokens, in_features))
         if fp8_backend(device) == "w8a8":     # not Triton, but the other W8A8 path: torch._scaled_mm
             lines.append(_scaled_mm_error(device, tokens, q_channel, channel_scale))
     return lines
+
+
+def _act_quant_line(device: torch.device, tokens: int, in_features: int) -> str:
+    """The activation-quantization kernels against quantize_activations: E4M3 bytes that differ."""
+    from engine.kernels import fp8_act_quant
+    x = torch.randn(tokens, in_features, device=device, dtype=torch.bfloat16)
+    counts = []
+    for (q, scale), (q_ref, scale_ref) in ((fp8_act_quant.quantize_per_token(x), quantize_activations(x)),
+                                           (fp8_act_quant.quantize_per_group(x, 128), quantize_activations(x, 128))):
+        counts.append(f"{int((q.view(torch.uint8) != q_ref.view(torch.uint8)).sum())} bytes, "
+                      f"{int((scale != scale_ref).sum())} scales differ")
+    return f"  {'act quant token / group':28} M,K=({tokens}, {in_features}): " + "; ".join(counts)
 
 
 def _scaled_mm_error(device: torch.device, tokens: int, q: torch.Tensor, scale: torch.Tensor) -> str:
@@ -142,7 +169,7 @@ def _error_line(name: str, shape: tuple, ours: torch.Tensor, expected: torch.Ten
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scheme", default="fp8", choices=["fp8", "fp8-block"])
+    parser.add_argument("--schemes", nargs="+", default=["fp8", "fp8-block"], choices=["fp8", "fp8-block", "fp8-group"])
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens generated per request")
     args = parser.parse_args()
     on_gpu = torch.cuda.is_available()
@@ -155,11 +182,13 @@ def main() -> None:
         tokenizer = TextTokenizer.from_folder(folder)
     print(f"device {torch.cuda.get_device_name() if on_gpu else 'cpu'}, FP8 backend {fp8_backend(device)!r}, "
           f"{config.num_layers} layers x hidden {config.hidden_size}, {max_tokens} tokens per request")
-    for batch in batches:
-        bf16, _ = decode_tokens_per_second(config, None, tokenizer, device, torch.bfloat16, batch, max_tokens)
-        fp8, ratio = decode_tokens_per_second(config, args.scheme, tokenizer, device, torch.bfloat16, batch, max_tokens)
-        print(f"batch {batch:3}: bf16 {bf16:9.1f} tok/s   {args.scheme} {fp8:9.1f} tok/s   "
-              f"ratio {fp8 / bf16:.2f}x   FP8 layer weights {ratio:.1%} of bf16")
+    print(f"recipe: {describe_recipe(fp8_config_from_name(args.schemes[0]))}")
+    bf16, _ = decode_speeds(config, None, tokenizer, device, torch.bfloat16, batches, max_tokens)
+    for scheme in args.schemes:
+        speeds, ratio = decode_speeds(config, scheme, tokenizer, device, torch.bfloat16, batches, max_tokens)
+        for batch, fp8, peer in zip(batches, speeds, bf16):
+            print(f"batch {batch:3}: bf16 {peer:9.1f} tok/s   {scheme:9} {fp8:9.1f} tok/s   "
+                  f"ratio {fp8 / peer:.2f}x   FP8 layer weights {ratio:.1%} of bf16")
     shapes = [(1, 4096, 4096), (64, 14336, 4096), (64, 4096, 14336)] if on_gpu else [(3, 96, 256), (17, 130, 200)]
     print("Triton kernels against their PyTorch references" + ("" if on_gpu else " (TRITON_INTERPRET=1)"))
     print("\n".join(kernel_errors(device, shapes)))

@@ -119,10 +119,14 @@ def format_quant_check(check: dict) -> str:
     if "error" in check:
         return f"could not run: {check['error']}"
     head = f"{check['quantization']} vs {check['baseline_dtype']} on {check['num_rows']} rows of shard 0"
+    # The recipe (scale method, what stays 16-bit), in checks recorded since issue 22.
+    recipe = "".join(f"; {label} {check[key]}" for key, label in (("recipe", "recipe"), ("kept_16bit", "kept 16-bit"))
+                     if key in check)
     if check["mode"] == "embed":
-        return f"{head}: embedding cosine mean {check['cosine_mean']:.5f}, min {check['cosine_min']:.5f}"
+        return f"{head}: embedding cosine mean {check['cosine_mean']:.5f}, min {check['cosine_min']:.5f}{recipe}"
     if check["mode"] == "generate":
         return (f"{head}: greedy agreement {check['greedy_agreement']:.1%} of tokens "
                 f"({check['greedy_exact']:.1%} of prompts identical); perplexity over {check['num_tokens']} "
-                f"prompt tokens {check['perplexity_baseline']:.3f} -> {check['perplexity_fp8']:.3f}")
-    return f"{head}: word error rate against the unquantized transcripts mean {check['wer_mean']:.2%}, max {check['wer_max']:.2%}"
+                f"prompt tokens {check['perplexity_baseline']:.3f} -> {check['perplexity_fp8']:.3f}{recipe}")
+    return (f"{head}: word error rate against the unquantized transcripts mean {check['wer_mean']:.2%}, "
+            f"max {check['wer_max']:.2%}{recipe}")
