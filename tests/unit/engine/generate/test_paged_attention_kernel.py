@@ -103,7 +103,8 @@ def test_decodes_at_block_boundaries(kernel, block_size):
     assert max_error(ours, expected) <= 1e-5
 
 
-@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(4, 4, 16), (4, 2, 32), (6, 2, 16), (4, 1, 24)])
+@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(4, 4, 16), (4, 2, 32), (6, 2, 16), (4, 1, 24),
+                                                               (8, 2, 128)])    # the 8B shape's head and group
 def test_decodes_and_prefill_chunks_in_one_batch(kernel, num_heads, num_kv_heads, head_dim):
     """Decodes, a first chunk, and chunks after cached prefix tokens (a prefix hit or an
     earlier chunk), with plain heads, grouped-query heads (3 per kv head: not a power of
