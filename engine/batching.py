@@ -46,9 +46,17 @@ class PackedBatch:
     def num_tokens(self) -> int:
         return self.input_ids.shape[0]
 
-    def to(self, device: torch.device) -> "PackedBatch":
-        return replace(self, input_ids=self.input_ids.to(device), positions=self.positions.to(device),
-                       seq_lens=self.seq_lens.to(device), cu_seqlens=self.cu_seqlens.to(device))
+    def to(self, device: torch.device, non_blocking: bool = False) -> "PackedBatch":
+        """non_blocking: an asynchronous copy to a GPU, which pinned tensors (pin()) make truly so."""
+        return replace(self, input_ids=self.input_ids.to(device, non_blocking=non_blocking),
+                       positions=self.positions.to(device, non_blocking=non_blocking),
+                       seq_lens=self.seq_lens.to(device, non_blocking=non_blocking),
+                       cu_seqlens=self.cu_seqlens.to(device, non_blocking=non_blocking))
+
+    def pin(self) -> "PackedBatch":
+        """The same batch in page-locked host memory (torch's caching host allocator reuses the blocks)."""
+        return replace(self, input_ids=self.input_ids.pin_memory(), positions=self.positions.pin_memory(),
+                       seq_lens=self.seq_lens.pin_memory(), cu_seqlens=self.cu_seqlens.pin_memory())
 
 
 def plan_batches(lengths: list[int], max_batch_tokens: int) -> list[list[int]]:

@@ -1,9 +1,25 @@
-"""Embedder: the embed mode — tokenize ahead, pack by length, encode, pool, back in input order."""
+"""Embedder: the embed mode — tokenize ahead, pack by length, encode, pool, back in input order.
+
+NOTE: on a GPU the host must stay ahead of the device. Tokenization runs on a pool of
+threads ahead of the model (engine.tokenizer.tokenize_ahead, bounded); each batch is
+packed on the host into pinned memory and copied with non_blocking; its pooled vectors
+come back into pinned memory the same way, behind an event; and batch i's vectors are
+waited for only after batch i + 1 has been launched, so the one sync per batch
+overlaps the next batch's packing and copies with the device's work:
+
+    host    pack 0 | launch 0 | pack 1 | launch 1 | wait 0, store 0 | pack 2 | launch 2 | wait 1 ...
+    device           [ batch 0 .......... ][ batch 1 ................ ][ batch 2 ...
+
+On CPU the same loop runs with nothing in flight: each batch's vectors are ready when
+its forward returns, and nothing is pinned or copied.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +40,31 @@ from engine.quant.checkpoint import load_fp8_state
 from engine.quant.config import fp8_config_of_folder
 from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
-from engine.tokenizer import Tokenizer
+from engine.tokenizer import Tokenizer, tokenize_ahead
 
 # Rows are tokenized in chunks on a background thread while the model runs the chunk
 # before. The first chunk is small so the model starts early; later ones are large so
 # each sorts enough rows by length to form batches of few attention groups.
 FIRST_CHUNK_ROWS = 256
 CHUNK_ROWS = 8192
+# Threads tokenizing ahead: one on CPU, where the cores run the model; on a GPU as many
+# as the host spares, up to this.
+MAX_GPU_TOKENIZE_THREADS = 8
+
+
+@dataclass
+class InFlight:
+    """A batch launched on the device whose vectors are still on their way to the host."""
+
+    rows: list[int]                     # [num_seqs] indices into the call's token_ids
+    vectors: torch.Tensor               # [num_seqs, dim] on the host (pinned on a GPU), float32
+    done: torch.cuda.Event | None       # recorded after the copy to the host; None: ready now
+
+
+def tokenize_threads(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    return max(1, min(MAX_GPU_TOKENIZE_THREADS, (os.cpu_count() or 2) - 1))
 
 
 class Embedder:
@@ -45,7 +79,9 @@ class Embedder:
         self.max_batch_tokens = max_batch_tokens
         self.step_observers: list[StepObserver] = []     # called with each forward batch's StepStats
         self.oom_guard = OomGuard.from_env()              # out-of-memory errors survived (engine.oom)
-        self._tokenize_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="barge-tokenize")
+        self.num_tokenize_threads = tokenize_threads(device)
+        self._tokenize_pool = ThreadPoolExecutor(max_workers=self.num_tokenize_threads,
+                                                 thread_name_prefix="barge-tokenize")
 
     @classmethod
     def load(cls, folder: str | Path, dtype: torch.dtype, device: torch.device, max_batch_tokens: int,
@@ -126,17 +162,17 @@ class Embedder:
 
     def _tokenized_chunks(self, texts: list, rows: list[int], prompt: str,
                           truncate: bool) -> Iterator[tuple[list[int], list]]:
-        """(rows, the token ids of prompt + text) chunk by chunk; the next chunk tokenizes while
-        the caller works. The prompt is text put before the text, as sentence-transformers does."""
+        """(rows, the token ids of prompt + text) chunk by chunk; the next chunks tokenize while
+        the caller works (tokenize_ahead). The prompt is text put before the text, as
+        sentence-transformers does."""
         bounds = [0, min(FIRST_CHUNK_ROWS, len(rows))]
         while bounds[-1] < len(rows):
             bounds.append(min(bounds[-1] + CHUNK_ROWS, len(rows)))
         chunks = [rows[start:end] for start, end in zip(bounds, bounds[1:]) if end > start]
-        futures = [self._tokenize_thread.submit(self.tokenizer.encode_batch, [prompt + texts[row] for row in chunk],
-                                                truncate)
-                   for chunk in chunks]
-        for chunk, future in zip(chunks, futures):
-            yield chunk, future.result()
+        texts_by_chunk = ([prompt + texts[row] for row in chunk] for chunk in chunks)
+        token_ids = tokenize_ahead(self.tokenizer, texts_by_chunk, truncate, self._tokenize_pool,
+                                   depth=self.num_tokenize_threads + 1)
+        yield from zip(chunks, token_ids)
 
     def _token_error(self, num_tokens: int) -> str | None:
         if num_tokens > self.config.max_seq_length:
@@ -154,10 +190,11 @@ class Embedder:
         errors: dict[int, str] = {}
         lengths = [len(ids) for ids in token_ids]
         pending = plan_batches(lengths, self.max_batch_tokens)
+        in_flight: InFlight | None = None
         while pending:
             rows = pending.pop(0)
             try:
-                vectors[rows] = self._forward(token_ids, rows, params)
+                launched = self._launch(token_ids, rows, params)
             except torch.OutOfMemoryError as error:
                 self._after_oom(error, rows, lengths, errors)
                 # Every batch still to run is planned again under the lowered budget: those
@@ -165,17 +202,38 @@ class Embedder:
                 remaining = [row for batch in [rows, *pending] for row in batch if row not in errors]
                 pending = [[remaining[i] for i in part]
                            for part in plan_batches([lengths[row] for row in remaining], self.max_batch_tokens)]
+                continue
+            if in_flight is not None:       # waited for only now that the next batch runs behind it
+                self._store(in_flight, vectors)
+            in_flight = launched
+        if in_flight is not None:
+            self._store(in_flight, vectors)
         return vectors, errors
 
-    def _forward(self, token_ids: list[list[int]], rows: list[int], params: EmbedParams) -> np.ndarray:
-        batch = pack(token_ids, rows).to(self.device)
+    def _launch(self, token_ids: list[list[int]], rows: list[int], params: EmbedParams) -> InFlight:
+        """Run one batch; on a GPU without waiting for it (its vectors land in pinned memory)."""
+        batch = pack(token_ids, rows)
+        on_gpu = self.device.type == "cuda"
+        batch = batch.pin().to(self.device, non_blocking=True) if on_gpu else batch.to(self.device)
         if self.step_observers:
             notify(self.step_observers, StepStats(num_seqs=len(rows), num_tokens=batch.num_tokens,
                                                   max_num_seqs=None, max_num_tokens=self.max_batch_tokens))
         self.oom_guard.check(batch.num_tokens)
         hidden = self.model(batch)
         pooled = finish(pool(hidden, batch.seq_lens, self.config.pooling), params.dimensions, params.normalize)
-        return pooled.cpu().numpy()
+        if not on_gpu:
+            return InFlight(rows, pooled.cpu(), None)
+        host = torch.empty(pooled.shape, dtype=pooled.dtype, pin_memory=True)
+        host.copy_(pooled, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return InFlight(rows, host, done)
+
+    @staticmethod
+    def _store(in_flight: InFlight, vectors: np.ndarray) -> None:
+        if in_flight.done is not None:
+            in_flight.done.synchronize()    # the one wait of the batch
+        vectors[in_flight.rows] = in_flight.vectors.numpy()
 
     def _after_oom(self, error: BaseException, rows: list[int], lengths: list[int], errors: dict[int, str]) -> None:
         """After `rows` ran out of memory: halve the budget below that batch's tokens, or,

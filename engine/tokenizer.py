@@ -1,7 +1,21 @@
-"""Tokenizer: tokenizer.json through the `tokenizers` library, never padding."""
+"""Tokenizer: tokenizer.json through the `tokenizers` library, never padding; and
+tokenize_ahead, the embedder's feed of token ids chunk by chunk.
+
+NOTE: tokenize_ahead keeps at most `depth` chunks tokenized or in flight ahead of the
+model, on a pool of threads (the Rust tokenizer releases the GIL). Bounded, so a corpus
+of millions of rows never sits tokenized in memory at once; ordered, so chunk i is
+yielded before chunk i + 1 whichever thread finishes first; and a chunk whose
+tokenization raised raises when the consumer reaches it, after the chunks before it.
+On CPU one thread tokenizes ahead (the cores run the model); on a GPU several do, as
+the host's tokenization is what starved the device (../shared/gpu/README.md).
+"""
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor, Future
+from itertools import islice
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
@@ -41,3 +55,20 @@ class Tokenizer:
             texts = [text.lower() for text in texts]
         tokenizer = self._truncating if truncate else self._whole
         return [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)]
+
+
+def tokenize_ahead(tokenizer: Tokenizer, chunks: Iterable[list[str]], truncate: bool, pool: Executor,
+                   depth: int) -> Iterator[list[list[int]]]:
+    """The token ids of each chunk of texts, in order, with at most `depth` (>= 1) chunks
+    submitted to `pool` ahead of the consumer."""
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1, got {depth}")
+    chunks = iter(chunks)
+    in_flight: deque[Future] = deque(pool.submit(tokenizer.encode_batch, chunk, truncate)
+                                     for chunk in islice(chunks, depth))
+    while in_flight:
+        token_ids = in_flight.popleft().result()
+        following = next(chunks, None)
+        if following is not None:
+            in_flight.append(pool.submit(tokenizer.encode_batch, following, truncate))
+        yield token_ids
