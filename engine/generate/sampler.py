@@ -5,8 +5,8 @@ NOTE: the randomness is counter-based, not drawn from a generator. A random row 
 inverting its CDF (the cumulative sum of softmax(logits / T) after top-k / top-p, in float64)
 at one uniform number U per row, and U is a function of two integers only:
 
-    key       the request's seed (SamplingParams.seed), or, without one, the engine's seed
-              and the request's id
+    key       64 bits folded from the request's seed (SamplingParams.seed), or, without
+              one, from the engine's seed and the request's id (on the host, cached)
     position  the request's output position: how many output tokens it has so far
 
 hashed to 52 bits with integer ops (`_mix32`: multiply, xor, shift, masked to 32 bits in
@@ -28,6 +28,7 @@ back the sampled ids once, plus the logprob figures once when any row asks for t
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -49,9 +50,8 @@ def _mix32(x):
     return (x >> 16) ^ x
 
 
-def _fold(*words: int) -> int:
+def _fold(state: int, words: tuple[int, ...]) -> int:
     """Non-negative ints of any size -> 32 bits, each word's length folded in with it."""
-    state = 0x9E3779B9
     for word in words:
         chunks = [(word >> shift) & MASK32 for shift in range(0, max(word.bit_length(), 1), 32)]
         for chunk in (len(chunks), *chunks):
@@ -59,18 +59,26 @@ def _fold(*words: int) -> int:
     return state
 
 
-def row_key(request: Request, engine_seed: int) -> int:
-    """32 bits naming the request's random stream, the same wherever it runs."""
+@functools.lru_cache(maxsize=1 << 16)
+def _stream_key(*words: int) -> tuple[int, int]:
+    # 64 bits: two folds from different starts. 32 bits alone would let rows of a
+    # million-row job share a stream (the birthday bound).
+    return _fold(0x9E3779B9, words), _fold(0x85EBCA6B, words)
+
+
+def row_key(request: Request, engine_seed: int) -> tuple[int, int]:
+    """Two 32-bit words naming the request's random stream, the same wherever it runs."""
     if request.params.seed is not None:
-        return _fold(SEEDED, request.params.seed)
-    return _fold(UNSEEDED, engine_seed, request.request_id)
+        return _stream_key(SEEDED, request.params.seed)
+    return _stream_key(UNSEEDED, engine_seed, request.request_id)
 
 
-def row_uniforms(row_bases: torch.Tensor) -> torch.Tensor:
-    """row_bases int64 [rows] (a row's key and position, folded) -> float64 [rows] in (0, 1):
-    52 hashed bits, so U < 1 is exact in float64 and never 0."""
-    high = _mix32(row_bases ^ 0x5BD1E995)
-    low = _mix32(high ^ 0x27D4EB2F)
+def row_uniforms(key_high: torch.Tensor, key_low: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """int64 [rows] each (the stream key's words, the output position) -> float64 [rows] in
+    (0, 1): 52 hashed bits, so U is exact in float64 and never 0 nor 1."""
+    position = _mix32(positions & MASK32)
+    high = _mix32(key_high ^ position)
+    low = _mix32(key_low ^ _mix32(position ^ 0x5BD1E995))
     bits = (high << (UNIFORM_BITS - 32)) | (low >> (64 - UNIFORM_BITS))
     return (bits.double() + 0.5) * 2.0 ** -UNIFORM_BITS
 
@@ -85,18 +93,14 @@ def inverse_cdf(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, target, right=True).squeeze(-1)
 
 
-def row_base(request: Request, engine_seed: int) -> int:
-    """The row's key and output position folded to 32 bits: what its uniform is hashed from."""
-    return _mix32(row_key(request, engine_seed) ^ _mix32(request.num_output_tokens & MASK32))
-
-
 @dataclass
 class SamplingBatch:
     """The random rows' parameters on the logits' device, copied there in one transfer."""
 
     rows: torch.Tensor | None           # int64 [random]: their rows in the step's logits; None: all rows
     temperatures: torch.Tensor          # float32 [random, 1]
-    row_bases: torch.Tensor             # int64 [random]: row_base of each
+    keys: torch.Tensor                  # int64 [random, 2]: row_key of each
+    positions: torch.Tensor             # int64 [random]: each one's output position
     filtered_rows: torch.Tensor | None  # int64 [filtered]: the random rows with top-k or top-p; None: all
     top_k: torch.Tensor | None          # int64 [filtered], vocab_size where unset; None: no row filters
     top_p: torch.Tensor | None          # float32 [filtered], 1 where unset
@@ -106,14 +110,15 @@ class SamplingBatch:
               device: torch.device) -> "SamplingBatch":
         sampled = [requests[row] for row in random_rows]
         filtered = [index for index, r in enumerate(sampled) if r.params.top_k is not None or r.params.top_p < 1.0]
-        values = [v for row, r in zip(random_rows, sampled) for v in (row, r.params.temperature, row_base(r, engine_seed))]
+        values = [v for row, r in zip(random_rows, sampled)
+                  for v in (row, r.params.temperature, *row_key(r, engine_seed), r.num_output_tokens)]
         values += [v for index in filtered for v in (index, min(sampled[index].params.top_k or vocab_size, vocab_size),
                                                     sampled[index].params.top_p)]
-        # float64 holds every value exactly (rows, sizes, 32-bit bases); one host-to-device copy.
+        # float64 holds every value exactly (rows, sizes, 32-bit words); one host-to-device copy.
         flat = torch.tensor(values, dtype=torch.float64).to(device, non_blocking=True)
-        table, filters = flat[:3 * len(sampled)].view(-1, 3), flat[3 * len(sampled):].view(-1, 3)
+        table, filters = flat[:5 * len(sampled)].view(-1, 5), flat[5 * len(sampled):].view(-1, 3)
         return cls(rows=None if len(sampled) == len(requests) else table[:, 0].long(),
-                   temperatures=table[:, 1:2].float(), row_bases=table[:, 2].long(),
+                   temperatures=table[:, 1:2].float(), keys=table[:, 2:4].long(), positions=table[:, 4].long(),
                    filtered_rows=None if len(filtered) == len(sampled) else filters[:, 0].long(),
                    top_k=filters[:, 1].long() if filtered else None, top_p=filters[:, 2].float() if filtered else None)
 
@@ -153,7 +158,7 @@ class Sampler:
             scaled = top_k_top_p(scaled, batch.top_k, batch.top_p)
         elif batch.top_k is not None:
             scaled[batch.filtered_rows] = top_k_top_p(scaled[batch.filtered_rows], batch.top_k, batch.top_p)
-        drawn = inverse_cdf(scaled, row_uniforms(batch.row_bases))
+        drawn = inverse_cdf(scaled, row_uniforms(batch.keys[:, 0], batch.keys[:, 1], batch.positions))
         if batch.rows is None:
             return drawn
         return logits.argmax(dim=-1).index_put_((batch.rows,), drawn)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.generate.request import Request
-from engine.generate.sampler import Sampler, _mix32, inverse_cdf, row_uniforms
+from engine.generate.sampler import Sampler, _mix32, inverse_cdf, row_key, row_uniforms
 from engine.generate.sampling_params import SamplingParams
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -85,12 +85,20 @@ def test_the_noise_stream_is_fixed():
     """The bits a seed stands for, pinned: a change to the hash changes every seeded output."""
     bits = [_mix32(value) for value in (0, 1, 2, 0xFFFFFFFF, 123456789)]
     assert bits == [0, 0x31251BA7, 0x66A79298, 0x2028884F, 0x745E4774]     # as the C reference (uint32)
-    bases = torch.tensor([0, 1, 12345, 0xFFFFFFFF], device=DEVICE)
-    uniforms = row_uniforms(bases)
+    words = torch.tensor([0, 1, 12345, 0xFFFFFFFF], device=DEVICE)
+    uniforms = row_uniforms(words, words.flip(0), words)
     assert uniforms.dtype == torch.float64 and ((uniforms > 0) & (uniforms < 1)).all()
-    assert torch.equal(uniforms.cpu(), row_uniforms(bases.cpu()))
+    assert torch.equal(uniforms.cpu(), row_uniforms(words.cpu(), words.flip(0).cpu(), words.cpu()))
     flat = torch.zeros(4, 1000, device=DEVICE)      # every token equally likely: the noise alone decides
-    assert Sampler(seed=0)(flat, [make_request(0, position, seed=1) for position in range(4)])[0] == [308, 512, 554, 287]
+    assert Sampler(seed=0)(flat, [make_request(0, position, seed=1) for position in range(4)])[0] == [443, 434, 539, 229]
+
+
+def test_seeds_of_any_size_and_unseeded_requests_name_distinct_streams():
+    seeds = (0, 1, 2 ** 32, 2 ** 32 + 1, 2 ** 64, 2 ** 100)
+    keys = [row_key(make_request(0, seed=seed), engine_seed=0) for seed in seeds]
+    keys += [row_key(make_request(request_id), engine_seed=0) for request_id in (0, 1, 2 ** 32)]
+    keys.append(row_key(make_request(0), engine_seed=1))
+    assert len(set(keys)) == len(keys) and all(0 <= word <= 0xFFFFFFFF for key in keys for word in key)
 
 
 def _frequencies(ids: list[int], vocab: int) -> torch.Tensor:
