@@ -10,6 +10,7 @@ except the sampled ids: positions stay a host list for the prompt-logprob target
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate, chain
 
 import torch
 
@@ -97,31 +98,41 @@ class ModelRunner:
                 prompt_rows[request.request_id] = self._prompt_rows(request, start, first, num_new)
             if num_new > 1 and not self.use_triton:
                 chunks.append(self._prefill_chunk(request, start, num_new))
-        slot_mapping = torch.tensor(slots, dtype=torch.long, device=self.device)
-        if self.use_triton:
-            meta = AttentionMetadata(slot_mapping, [], [], self._flat_metadata(decodes + prefills, counts))
-        else:
-            meta = AttentionMetadata(slot_mapping, self._decode_groups(decodes), chunks)
-        # Copied to the device now, while it is idle: indexing with a host list after the
-        # forward would make the host wait for the forward before launching the LM head.
+        # On the device before the forward: indexing a CUDA tensor with a host list after it
+        # would make the host wait for the forward before launching the LM head.
         logit_rows = sample_rows + [row for rows in prompt_rows.values() for row in rows]
+        if self.use_triton:
+            (input_ids, positions_on_device, slot_mapping, logit_rows), flat = self._flat_inputs(
+                decodes + prefills, counts, [input_ids, positions, slots, logit_rows])
+            return ForwardBatch(input_ids, positions_on_device, AttentionMetadata(slot_mapping, [], [], flat),
+                                sample_requests, sample_rows, prompt_rows, positions, logit_rows)
+        meta = AttentionMetadata(torch.tensor(slots, dtype=torch.long, device=self.device),
+                                 self._decode_groups(decodes), chunks)
         return ForwardBatch(torch.tensor(input_ids, dtype=torch.long, device=self.device),
                             torch.tensor(positions, dtype=torch.long, device=self.device), meta,
                             sample_requests, sample_rows, prompt_rows, positions,
                             torch.tensor(logit_rows, dtype=torch.long, device=self.device))
 
-    def _flat_metadata(self, requests: list[Request], counts: dict[int, int]) -> FlatMetadata:
-        """The Triton kernel's view of the batch, in the order the tokens were laid out."""
+    def _flat_inputs(self, requests: list[Request], counts: dict[int, int],
+                     token_lists: list[list[int]]) -> tuple[list[torch.Tensor], FlatMetadata]:
+        """token_lists (long) on the device, and the Triton kernel's view of the batch in the
+        order the tokens were laid out."""
         num_new = [counts[r.request_id] for r in requests]
-        query_start_loc = [0]
-        for count in num_new:
-            query_start_loc.append(query_start_loc[-1] + count)
         seq_lens = [r.num_computed_tokens + count for r, count in zip(requests, num_new)]
         width = max(len(r.block_ids) for r in requests)
-        tables = [r.block_ids + [0] * (width - len(r.block_ids)) for r in requests]
-        as_int32 = dict(dtype=torch.int32, device=self.device)
-        return FlatMetadata(torch.tensor(query_start_loc, **as_int32), torch.tensor(seq_lens, **as_int32),
-                            torch.tensor(tables, **as_int32), max(num_new))
+        tables = list(chain.from_iterable(r.block_ids + [0] * (width - len(r.block_ids)) for r in requests))
+        query_start_loc, seq_lens, tables = self._to_device([[0, *accumulate(num_new)], seq_lens, tables], torch.int32)
+        return (self._to_device(token_lists, torch.long),
+                FlatMetadata(query_start_loc, seq_lens, tables.view(len(requests), width), max(num_new)))
+
+    def _to_device(self, lists: list[list[int]], dtype: torch.dtype) -> list[torch.Tensor]:
+        """Several host lists in one host tensor, copied at once: from pinned memory and
+        asynchronously on CUDA, where a tensor made from each list would be a copy that waits
+        on the device each time. Returns a view per list."""
+        host = torch.tensor(list(chain.from_iterable(lists)), dtype=dtype)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        return list(host.to(self.device, non_blocking=True).split([len(values) for values in lists]))
 
     def _slots(self, request: Request, first: int, end: int) -> list[int]:
         size, table = self.block_size, request.block_ids
