@@ -121,8 +121,9 @@ def test_a_decoder_on_the_fused_path_gives_the_pytorch_path_tokens(ops, family, 
     folder = save_random_decoder(tmp_path, family, num_hidden_layers=1)
     prompts = [[5, 9, 33, 7, 100, 21, 8], [44, 3]]
     params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True, logprobs=1)
-    engines = [Engine.from_pretrained(folder, mode="generate", num_blocks=16, block_size=4, device=DEVICE)
-               for _ in range(2)]
+    engines = [Engine.from_pretrained(folder, mode="generate", dtype="float32", num_blocks=16, block_size=4,
+                                      device=DEVICE) for _ in range(2)]
+    engines[0].llm.runner.model.fused_ops = False       # the PyTorch path, on a GPU too
     engines[1].llm.runner.model.fused_ops = True
     plain, fused = (engine.generate(prompts, params) for engine in engines)
     assert [o.token_ids for o in fused] == [o.token_ids for o in plain]
