@@ -60,3 +60,19 @@ def test_bf16_is_refused_on_a_cpu_without_bf16_linears(model_path, monkeypatch):
         Engine.from_pretrained(model_path, mode="embed", dtype="bfloat16", device="cpu")
     with pytest.raises(ValueError, match="unsupported dtype 'int8'"):
         Engine.from_pretrained(model_path, mode="embed", dtype="int8", device="cpu")
+
+
+@pytest.mark.skipif(not HAS_BF16_PACKING, reason="oneDNN has no bf16 linears on this CPU")
+@pytest.mark.parametrize("family", ["modernbert", "qwen3"])
+def test_the_other_embed_families_take_the_bf16_path_too(tmp_path, family):
+    """ModernBERT and an LLM embedder (random weights): bf16 linears packed, vectors within
+    cosine 0.999 of the same engine in fp32."""
+    from tests.support.random_embedders import save_random_llm_embedder, save_random_modernbert
+
+    folder = save_random_modernbert(tmp_path) if family == "modernbert" else save_random_llm_embedder(tmp_path, family)
+    texts = ["A man is eating food.", "x", "The quick brown fox jumps over the lazy dog. " * 6, "word " * 30]
+    fp32 = Engine.from_pretrained(folder, mode="embed", device="cpu", dtype="float32").embed(texts)
+    engine = Engine.from_pretrained(folder, mode="embed", device="cpu", dtype="bfloat16")
+    assert any(type(module).__name__ == "PackedLinear" for module in engine._embedder.model.modules())
+    cosines = (engine.embed(texts) * fp32).sum(axis=1)
+    assert cosines.min() >= MIN_COSINE, cosines
