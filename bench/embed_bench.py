@@ -121,7 +121,7 @@ def compare_dtypes(path: str, sentences: list[str], repeats: int, max_batch_toke
     for engine in engines.values():
         engine.embed(sentences[:256])      # warm-up: oneDNN builds its kernels on first use
     print(f"corpus: {len(sentences)} sentences, {num_tokens} tokens, {torch.get_num_threads()} threads, "
-          f"model {Path(path).name}, AMX: {'amx_bf16' in Path('/proc/cpuinfo').read_text()}")
+          f"model {path}, AMX: {'amx_bf16' in Path('/proc/cpuinfo').read_text()}")
     seconds: dict[str, list[float]] = {dtype: [] for dtype in engines}
     vectors = {}
     for repeat in range(repeats):
