@@ -80,14 +80,17 @@ def describe_recipe(config: Fp8Config) -> str:
 
 def kept_linears(model) -> list[str]:
     """The linear layers inside numbered blocks that a model with FP8 layers left 16-bit
-    (plain nn.Linear beside Fp8Linear ones): what the recipe actually did to this model."""
+    (nn.Linear, or the PackedLinear it became on CPU, beside Fp8Linear ones): what the
+    recipe actually did to this model."""
     from torch import nn
 
     from engine.layers.fp8_linear import Fp8Linear
+    from engine.layers.packed_linear import PackedLinear
     modules = dict(model.named_modules())
     if not any(isinstance(module, Fp8Linear) for module in modules.values()):
         return []
-    return [name for name, module in modules.items() if isinstance(module, nn.Linear) and BLOCK_NAME.match(name)]
+    return [name for name, module in modules.items()
+            if isinstance(module, (nn.Linear, PackedLinear)) and BLOCK_NAME.match(name)]
 
 
 def model_of(engine):
