@@ -30,7 +30,7 @@ WEIGHT_STRATEGIES = ("channel", "tensor", "block")
 #     keep first/last block +1.38 %      first/last block + mse +0.87 %
 # NOTE: "mse" is better but not the default: its search quantizes every weight 20 times, which
 # made SmolLM2's load on the 2-core CPU minutes long, and first/last blocks alone meet the 2 %
-# bar on every text. Fp8Config(scale_method="mse") is there for offline `barge quantize` runs.
+# bar on every text. Fp8Config(scale_method="mse") is there to pass to quantize_state_dict.
 DEFAULT_RECIPE = dict(scale_method="absmax", keep_edge_blocks=1, keep_layers=())
 GROUP_BLOCK_SIZE = (1, 128)         # "fp8-group": one scale per row and 128 input columns
 
