@@ -23,7 +23,7 @@ from torch import nn
 
 from engine.batching import PackedBatch
 from engine.generate.rotary import apply_rotary
-from engine.layers.attention import SlidingWindow, packed_attention, sliding_window
+from engine.layers.attention import SlidingWindow, cpu_kernel_runs_widened, packed_attention, sliding_window
 from engine.layers.linear import ACTIVATIONS, linear_residual
 
 DEFAULT_GLOBAL_ROPE_THETA, DEFAULT_LOCAL_ROPE_THETA = 160_000.0, 10_000.0
@@ -134,7 +134,11 @@ class ModernBertAttention(nn.Module):
         """residual + attention(normed); both [num_tokens, hidden]."""
         q, k, v = self.Wqkv(normed).view(-1, 3, self.num_heads, self.head_dim).unbind(1)
         # Rotated in fp32 as the reference does; only 16-bit runs see the difference.
-        q, k = (x.to(normed.dtype) for x in apply_rotary(q.float(), k.float(), *rope))
+        q, k = apply_rotary(q.float(), k.float(), *rope)
+        if cpu_kernel_runs_widened(normed):     # bf16 on CPU: the fp32 kernel (engine.layers.attention)
+            attended = packed_attention(q, k, v.float(), batch.groups, window, cu_seqlens=batch.cu_seqlens)
+            return linear_residual(attended.flatten(1).to(normed.dtype), self.Wo, residual)
+        q, k = q.to(normed.dtype), k.to(normed.dtype)
         attended = packed_attention(q, k, v, batch.groups, window, cu_seqlens=batch.cu_seqlens)
         return linear_residual(attended.flatten(1), self.Wo, residual)
 
@@ -186,7 +190,9 @@ class ModernBertModel(nn.Module):
         hidden = self.embeddings(batch.input_ids)
         global_rope = rope_cos_sin(batch.positions, config.head_dim, config.global_rope_theta)
         local_rope = rope_cos_sin(batch.positions, config.head_dim, config.local_rope_theta)
-        local_window = sliding_window(batch.groups, config.local_attention // 2, hidden)
+        # bf16 on CPU attends in fp32 (the kernel applies the band itself): no masks built for it.
+        like = hidden.new_empty(0, dtype=torch.float32) if cpu_kernel_runs_widened(hidden) else hidden
+        local_window = sliding_window(batch.groups, config.local_attention // 2, like)
         for layer in self.layers:
             if layer.is_global:
                 hidden = layer(hidden, global_rope, batch, None)
