@@ -64,6 +64,8 @@ def cache_namespace(spec: JobSpec, revision: str) -> str:
     """Results of jobs with equal namespaces are interchangeable row by row."""
     identity = {"format": CACHE_FORMAT, "model": revision, "mode": spec.mode,
                 "params": spec.params, "quantization": spec.quantization}
+    if spec.dtype is not None:      # absent otherwise, so the namespaces of earlier jobs stay as they were
+        identity["dtype"] = spec.dtype
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 

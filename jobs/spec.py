@@ -21,6 +21,8 @@ AVAILABLE_MODES = ("embed", "generate", "transcribe")
 IF_EXISTS = ("error", "replace")
 # engine.quant.config.QUANTIZATIONS, without importing torch at submission
 QUANTIZATIONS = (None, "fp8", "fp8-block")
+# engine.engine.DTYPES; None: the engine's default (float32 on CPU, 16-bit on a GPU)
+DTYPES = (None, "float32", "bfloat16", "float16")
 
 # mode -> parameter name -> (accepted types, description for errors)
 MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
@@ -131,6 +133,10 @@ class JobSpec:
     """None (the model's own 16/32-bit weights), "fp8" (E4M3 weights, one scale per output
     channel) or "fp8-block" (128x128 block scales): linear layers run in FP8 (engine.quant).
     Transcription stays 16-bit unless a job asks."""
+    dtype: str | None = None
+    """Embed only: None (the worker's default: float32 on CPU, the model's 16-bit type on a
+    GPU), "float32", "bfloat16" (on CPU, oneDNN's AMX kernels: a worker whose CPU lacks them
+    fails the shard saying so) or "float16"."""
     quant_check_rows: int = 0
     """With quantization: the first this many rows of shard 0 also run through the model
     unquantized, and the comparison is stored with the job (`barge report`, manifest)."""
@@ -192,6 +198,7 @@ class JobSpec:
         if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 9:
             raise JobSpecError("priority", f"must be an integer from 0 (lowest) to 9 (highest), got {self.priority!r}")
         self._validate_quantization()
+        self._validate_dtype()
         self._validate_params()
         self._validate_webhook_events()
         if self.expires_after_s is not None and (
@@ -208,6 +215,15 @@ class JobSpec:
             raise JobSpecError("quant_check_rows", f"must be a non-negative integer, got {rows!r}")
         if rows and self.quantization is None:
             raise JobSpecError("quant_check_rows", "compares FP8 with the unquantized model: it needs quantization")
+
+    def _validate_dtype(self) -> None:
+        if self.dtype not in DTYPES:
+            expected = ", ".join(repr(d) for d in DTYPES if d) + " or null"
+            raise JobSpecError("dtype", f"{self.dtype!r} is not one of {expected}")
+        if self.dtype is not None and self.mode != "embed":
+            raise JobSpecError("dtype", f"applies to embed jobs only, not mode {self.mode!r}")
+        if self.dtype is not None and self.quantization is not None:
+            raise JobSpecError("dtype", "give dtype or quantization, not both")
 
     def _validate_webhook_events(self) -> None:
         if not isinstance(self.webhook_events, tuple):

@@ -24,7 +24,8 @@ from queueing.usage import engine_settings
 
 log = logging.getLogger("barge.worker")
 
-EngineKey = tuple[str, str, "str | None"]   # (model key, mode, quantization): one loaded engine each
+# (model key, mode, quantization), and the dtype after them where a job names one: one loaded engine each
+EngineKey = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,15 @@ class Runtime:
     device: DeviceSlot | None = None       # the slot this process serves (queueing.devices); None: engine default
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def engine_for(self, model_key: str, mode: str, quantization: str | None = None):
+    def engine_for(self, model_key: str, mode: str, quantization: str | None = None, dtype: str | None = None):
         """The engine for a model this worker serves, loaded once and kept. An FP8 engine
-        and the model's 16-bit one are separate engines, each kept once loaded."""
-        key = (model_key, mode, quantization)
+        and the model's 16-bit one are separate engines, each kept once loaded; so is an
+        engine of a dtype a job names (JobSpec.dtype), keyed with it."""
+        key = (model_key, mode, quantization) if dtype is None else (model_key, mode, quantization, dtype)
         with self._lock:
             engine = self.engines.get(key)
             if engine is None:
-                engine = self._load_engine(model_key, mode, quantization)
+                engine = self._load_engine(model_key, mode, quantization, dtype)
                 self.metrics.observe_engine(engine, model_key, mode)
                 self.engines[key] = engine
             return engine
@@ -120,7 +122,7 @@ class Runtime:
         with self._lock:
             return self._load_engine(model_key, mode, quantization)
 
-    def _load_engine(self, model_key: str, mode: str, quantization: str | None):
+    def _load_engine(self, model_key: str, mode: str, quantization: str | None, dtype: str | None = None):
         ref = self.models.get(model_key)
         if ref is None:
             raise LookupError(f"this worker does not serve model {model_key!r}")
@@ -132,6 +134,8 @@ class Runtime:
             options.update(self._memory_options())
         if self.device is not None:
             options["device"] = self.device.torch_device
+        if dtype is not None:
+            options["dtype"] = dtype
         engine = Engine.from_pretrained(ref.path, mode=mode, quantization=quantization, **options)
         if self.device is not None:
             engine.device_id = self.device.label
@@ -146,11 +150,12 @@ class Runtime:
             return {"kv_cache_memory_fraction": self.options.kv_cache_fraction, "gpu_memory_fraction": None}
         return {}
 
-    def engine_settings(self, model_key: str, mode: str, quantization: str | None = None) -> dict:
+    def engine_settings(self, model_key: str, mode: str, quantization: str | None = None,
+                        dtype: str | None = None) -> dict:
         """The settings of the engine serving this key, as recorded with each commit: read
         afresh each time, since an engine lowers its batch budget after an out-of-memory
         error (engine.oom) and the shards it commits after that record the lower one."""
-        return engine_settings(self.engine_for(model_key, mode, quantization), model_key)
+        return engine_settings(self.engine_for(model_key, mode, quantization, dtype), model_key)
 
     def send(self, task_name: str, args: list, queue: str, *, priority: int | None = None,
              countdown: float | None = None) -> None:

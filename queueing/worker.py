@@ -206,8 +206,8 @@ def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> No
 
 
 def engine_of(runtime: Runtime, job: JobRecord):
-    """The engine a job's rows run through: its model, mode and quantization."""
-    return runtime.engine_for(job.model_key, job.spec.mode, job.spec.quantization)
+    """The engine a job's rows run through: its model, mode, quantization and dtype."""
+    return runtime.engine_for(job.model_key, job.spec.mode, job.spec.quantization, job.spec.dtype)
 
 
 def end_shard(runtime: Runtime, work: ShardWork) -> ShardOutcome:
@@ -279,7 +279,8 @@ def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClai
             written: ShardWritten) -> ShardOutcome:
     outputs = written.outputs
     usage = shard_usage(job.model_key, job.spec.mode, outputs,
-                        runtime.engine_settings(job.model_key, job.spec.mode, job.spec.quantization))
+                        runtime.engine_settings(job.model_key, job.spec.mode, job.spec.quantization,
+                                                job.spec.dtype))
     rows_failed = usage.rows_failed
 
     def commit() -> tuple[bool, bool]:

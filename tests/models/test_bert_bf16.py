@@ -78,3 +78,57 @@ def test_the_other_embed_families_take_the_bf16_path_too(tmp_path, monkeypatch, 
         monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", None)
     cosines = (engine.embed(texts) * fp32).sum(axis=1)
     assert cosines.min() >= MIN_COSINE, cosines
+
+
+def test_a_job_names_its_dtype_at_submit_and_its_shards_run_in_it(tmp_path, model_path):
+    """Given JobSpec(dtype="bfloat16") for MiniLM, when its shard runs through a real store
+    and run_shard, then the part holds the bf16 engine's vectors (a separate engine from
+    the worker's fp32 one); a dtype Barge lacks, one on another mode, or one beside a
+    quantization is refused at submit naming the field."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs import JobSpec, JobSpecError
+    from jobs.client import Client
+    from jobs.models import resolve_model
+    from jobs.settings import Settings
+    from queueing import planning
+    from queueing.app import create_app
+    from queueing.runtime import Runtime, WorkerOptions
+    from queueing.worker import run_shard
+
+    texts = _texts()
+    corpus = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"doc_id": pa.array(range(len(texts)), pa.int64()), "text": texts}), corpus)
+    common = dict(model=str(model_path), input=str(corpus), id_column="doc_id", output=str(tmp_path / "out"))
+    for bad, words in [({"dtype": "int8"}, "'int8' is not one of"),
+                       ({"dtype": "bfloat16", "mode": "generate"}, "embed jobs only"),
+                       ({"dtype": "bfloat16", "quantization": "fp8"}, "not both")]:
+        with pytest.raises(JobSpecError, match=words) as refused:
+            JobSpec(**{"mode": "embed", **common, **bad})
+        assert refused.value.field == "dtype"
+    if not HAS_BF16_PACKING:
+        pytest.skip("oneDNN has no bf16 linears on this CPU")
+    settings = Settings.from_env({"BARGE_DATA_DIR": str(tmp_path / "barge")})
+    client = Client(settings=settings)
+    runtime = Runtime(settings=settings, store=client.store, app=create_app(settings),
+                      options=WorkerOptions(chunk_rows=4, lease_s=30.0))
+    try:
+        ref = resolve_model(str(model_path))
+        runtime.models[ref.key] = ref
+        job = client.submit(JobSpec(mode="embed", dtype="bfloat16", **common))
+        planning.plan_job(runtime, job.id)
+        assert run_shard(runtime, job.id, 0).status == "committed"
+        part = pq.read_table(tmp_path / "out" / client.store.list_shards(job.id)[0].part["name"])
+        written = np.array(part.column("embedding").to_pylist(), dtype=np.float32)
+        bf16 = runtime.engine_for(ref.key, "embed", None, "bfloat16")
+        assert bf16.settings["dtype"] == "bfloat16"
+        fp32 = runtime.engine_for(ref.key, "embed").embed(texts)
+        # bf16 vectors shift a little with the batch a row lands in (the job's chunks are
+        # not the engine's), still far less than bf16 differs from fp32.
+        off_bf16, off_fp32 = np.abs(written - bf16.embed(texts)).max(), np.abs(written - fp32).max()
+        print(f"max abs difference: to the bf16 engine {off_bf16:.2e}, to the fp32 one {off_fp32:.2e}")
+        assert off_bf16 < off_fp32 / 2
+        assert (written * fp32).sum(axis=1).min() >= MIN_COSINE
+    finally:
+        client.store.engine.dispose()
