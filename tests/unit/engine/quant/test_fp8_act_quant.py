@@ -79,3 +79,29 @@ def test_no_tokens_gives_empty_results_and_bad_shapes_are_refused(kernels):
         kernels.quantize_per_token(torch.zeros(2, 3, 64, device=DEVICE))
     with pytest.raises(ValueError, match="group_size"):
         kernels.quantize_per_group(torch.zeros(2, 64, device=DEVICE), 0)
+
+
+def test_fp8_linear_w8a8_block_path_quantizes_activations_with_the_group_kernel(kernels, monkeypatch):
+    # The W8A8 route of Fp8Linear for block weights (a GPU of capability >= 8.9), taken here on
+    # whatever device the run has: activations through quantize_per_group, then the group GEMM.
+    from engine.kernels import fp8_matmul
+    from engine.layers import fp8_linear
+    from engine.quant.fp8 import block_scales_to_rows, quantize_blocks
+
+    weight = torch.randn(96, 256, generator=torch.Generator().manual_seed(3))
+    q, block_scale = quantize_blocks(weight)
+    layer = fp8_linear.Fp8Linear(256, 96, bias=True, num_groups=2, group_size=128)
+    layer.weight, layer.weight_scale = q.to(DEVICE), block_scales_to_rows(block_scale, 96, 128).to(DEVICE)
+    layer.bias = torch.nn.Parameter(torch.randn(96, device=DEVICE))
+    monkeypatch.setattr(fp8_linear, "fp8_backend", lambda device: "w8a8")
+    calls = []
+    monkeypatch.setattr(kernels, "quantize_per_group", lambda x, g: calls.append(g) or
+                        kernels._quantize(x, g))
+    x = _activations((5, 256), torch.float32)
+    ours = layer(x)
+    x_q, x_scale = quantize_activations(x, 128)
+    # The eager quantizer's bytes through the same GEMM: equal, since the kernel's bytes are its.
+    expected = fp8_matmul.fp8_w8a8_group_matmul(x_q, x_scale, layer.weight, layer.weight_scale, 128,
+                                                torch.float32) + layer.bias
+    assert calls == [128]
+    assert torch.equal(ours, expected)
