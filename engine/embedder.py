@@ -98,7 +98,7 @@ class Embedder:
         state = family.combine(state, config.architecture)
         with torch.device("meta"):
             model = family.build(config.architecture)
-        use_fp8_linears(model, state, fp8.block_cols if fp8 else None)
+        use_fp8_linears(model, state, fp8.block_cols if fp8 else None, fp8.name if fp8 else None)
         assign_weights(model, state, folder)
         model = model.to(device=device, dtype=dtype).eval()
         # CPU fp32: weights reordered once for oneDNN; AVX2 alone: MKL, plain weights. CPU bf16:

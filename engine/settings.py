@@ -27,12 +27,14 @@ def model_settings(model: nn.Module) -> dict:
 
 
 def quantization_of(model: nn.Module) -> str | None:
-    """None, "fp8" (one scale per output channel) or "fp8-block" (128x128 blocks). A layer
-    no wider than one block has one scale per row either way and reads as "fp8"."""
+    """None, "fp8" (one scale per output channel), "fp8-block" (128x128 blocks) or
+    "fp8-group" (1x128), as the layers were loaded. A layer loaded without its scheme named
+    reads from its scales: no wider than one block, it has one scale per row and reads as "fp8"."""
     layers = [module for module in model.modules() if isinstance(module, Fp8Linear)]
     if not layers:
         return None
-    return "fp8" if all(layer.is_per_channel for layer in layers) else "fp8-block"
+    schemes = {layer.scheme or ("fp8" if layer.is_per_channel else "fp8-block") for layer in layers}
+    return schemes.pop() if len(schemes) == 1 else "fp8-block"
 
 
 def default_dtype(path: str | Path, device: torch.device) -> str:

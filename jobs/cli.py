@@ -8,7 +8,7 @@
     barge schedule add | list | runs | pause | resume | run-now | remove | prune;  barge beat
     barge demo
     barge models pull NAME... | list   (Hub ids: org/name[@revision][:quant], jobs.hub_models)
-    barge quantize SRC DST [--scheme fp8|fp8-block] | eval-quant MODEL   (engine/quant/)
+    barge quantize SRC DST [--scheme fp8|fp8-block|fp8-group] | eval-quant MODEL   (engine/quant/)
     barge serve | api-key create|list|revoke   (the OpenAI Files and Batches API, api/)
 """
 
@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--priority", type=int, default=5, help="0 (lowest) to 9 (highest)")
     submit.add_argument("--incremental", action="store_true",
                         help="reuse results cached by earlier jobs for unchanged input values")
-    submit.add_argument("--quantization", choices=["fp8", "fp8-block"],
+    submit.add_argument("--quantization", choices=["fp8", "fp8-block", "fp8-group"],
                         help="run the model's linear layers with FP8 weights")
     submit.add_argument("--quant-check-rows", type=int, default=0, metavar="N",
                         help="with --quantization: compare FP8 with the unquantized model on shard 0's first N rows")

@@ -20,7 +20,7 @@ MODES = ("embed", "generate", "transcribe")
 AVAILABLE_MODES = ("embed", "generate", "transcribe")
 IF_EXISTS = ("error", "replace")
 # engine.quant.config.QUANTIZATIONS, without importing torch at submission
-QUANTIZATIONS = (None, "fp8", "fp8-block")
+QUANTIZATIONS = (None, "fp8", "fp8-block", "fp8-group")
 # engine.engine.DTYPES; None: the engine's default (float32 on CPU, 16-bit on a GPU)
 DTYPES = (None, "float32", "bfloat16", "float16")
 
@@ -131,7 +131,8 @@ class JobSpec:
     revision, mode and params); only new and changed rows reach the engine."""
     quantization: str | None = None
     """None (the model's own 16/32-bit weights), "fp8" (E4M3 weights, one scale per output
-    channel) or "fp8-block" (128x128 block scales): linear layers run in FP8 (engine.quant).
+    channel), "fp8-block" (128x128 block scales) or "fp8-group" (one scale per row and 128
+    input columns): linear layers run in FP8 (engine.quant).
     Transcription stays 16-bit unless a job asks."""
     dtype: str | None = None
     """Embed only: None (the worker's default: float32 on CPU, the model's 16-bit type on a

@@ -47,7 +47,7 @@ def build_model(config: DecoderConfig, state: dict[str, torch.Tensor], dtype: to
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     state = pack_hf_weights(state, config)
-    use_fp8_linears(model, state, fp8.block_cols if fp8 else None)
+    use_fp8_linears(model, state, fp8.block_cols if fp8 else None, fp8.name if fp8 else None)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     except RuntimeError as error:       # shape mismatches

@@ -28,9 +28,13 @@ SCALED_MM_ALIGNMENT = 16         # torch._scaled_mm wants K and N multiples of 1
 class Fp8Linear(nn.Module):
     """y = x @ (q * scale).T + bias; q float8 [out, in], scale float32 [out, num_groups] (row form)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, num_groups: int, group_size: int):
+    def __init__(self, in_features: int, out_features: int, bias: bool, num_groups: int, group_size: int,
+                 scheme: str | None = None):
         super().__init__()
         self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
+        # "fp8" | "fp8-block" | "fp8-group" as loaded: 128x128 blocks and 1x128 groups both
+        # keep row-form scales [out, in / 128], so the scales alone cannot tell them apart.
+        self.scheme = scheme
         self.register_buffer("weight", torch.empty(out_features, in_features, dtype=FP8_DTYPE))
         self.register_buffer("weight_scale", torch.empty(out_features, num_groups, dtype=torch.float32))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
@@ -97,7 +101,8 @@ def _scaled_mm_per_channel(x: torch.Tensor, layer: Fp8Linear) -> torch.Tensor:
     return out.to(x.dtype)
 
 
-def use_fp8_linears(model: nn.Module, state: dict[str, torch.Tensor], block_cols: int | None) -> list[str]:
+def use_fp8_linears(model: nn.Module, state: dict[str, torch.Tensor], block_cols: int | None,
+                    scheme: str | None = None) -> list[str]:
     """Replace each nn.Linear whose `<name>.weight_scale` is in `state` by an Fp8Linear of the
     same shape (on the meta device when the model is), before the state is assigned. Generic
     over modules: any model with nn.Linear layers, Whisper's included. Returns the names."""
@@ -109,7 +114,7 @@ def use_fp8_linears(model: nn.Module, state: dict[str, torch.Tensor], block_cols
         group_size = group_size_of(module.in_features, scale.shape[1], block_cols or module.in_features)
         with torch.device(module.weight.device):
             layer = Fp8Linear(module.in_features, module.out_features, module.bias is not None,
-                              scale.shape[1], group_size)
+                              scale.shape[1], group_size, scheme)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
         swapped.append(name)

@@ -26,7 +26,7 @@ DEFAULT_MAX_ADMIT = {"cpu": 4, "cuda": 16}   # CUDA: raised to what its free mem
 ENCODER_MEMORY_SHARE = 0.5      # of the free memory after loading, for one encoder batch
 # Whisper is served in 16-bit; FP8 weights only when a job asks (and can check them
 # against the 16-bit transcripts: JobSpec.quant_check_rows).
-QUANTIZATIONS = (None, "fp8", "fp8-block")
+QUANTIZATIONS = (None, "fp8", "fp8-block", "fp8-group")
 # A linear weight inside an encoder or decoder block (attention and MLP): the embeddings,
 # the convolutions and the layer norms (1-D) stay in 16/32-bit.
 WHISPER_BLOCK_TENSOR = re.compile(r"(^|\.)blocks\.\d+\.")
@@ -72,7 +72,7 @@ def _load_weights(model: Whisper, state: dict[str, torch.Tensor], quantization: 
                          f"expected one of {QUANTIZATIONS}")
     state = {name: tensor.to(torch.float32) for name, tensor in state.items()}
     state, fp8 = load_fp8_state(state, None, quantization, is_whisper_linear_weight)
-    use_fp8_linears(model, state, fp8.block_cols if fp8 else None)
+    use_fp8_linears(model, state, fp8.block_cols if fp8 else None, fp8.name if fp8 else None)
     model.load_state_dict(state)
     return model
 

@@ -82,7 +82,7 @@ def test_a_minimal_spec_gets_the_defaults():
     (dict(expires_after_s="60"), "expires_after_s", "positive"),
     (dict(expires_after_s=True), "expires_after_s", "positive"),
     # FP8 weights and their quality check
-    (dict(quantization="int8"), "quantization", "'int8' is not one of 'fp8', 'fp8-block' or null"),
+    (dict(quantization="int8"), "quantization", "'int8' is not one of 'fp8', 'fp8-block', 'fp8-group' or null"),
     (dict(quantization="FP8"), "quantization", "is not one of"),
     (dict(quant_check_rows=64), "quant_check_rows", "it needs quantization"),
     (dict(quantization="fp8", quant_check_rows=-1), "quant_check_rows", "non-negative integer"),
@@ -164,6 +164,7 @@ def test_a_spec_is_frozen():
     dict(webhook_url="https://example.com/h", webhook_events=["job.progress", "shard.completed"],
          expires_after_s=3600),
     dict(quantization="fp8-block", quant_check_rows=32),
+    dict(quantization="fp8-group"),
 ])
 def test_to_dict_from_dict_roundtrip(changes):
     job = spec(**changes)

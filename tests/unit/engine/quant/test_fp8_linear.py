@@ -8,6 +8,7 @@ from engine.layers.fp8_linear import Fp8Linear, fp8_weight_bytes, use_fp8_linear
 from engine.quant.config import Fp8Config
 from engine.quant.fp8 import FP8_DTYPE, dequantize
 from engine.quant.state import quantize_state_dict
+from engine.settings import quantization_of
 
 
 class Block(nn.Module):
@@ -68,3 +69,18 @@ def test_weight_bytes_are_about_half_of_bf16():
     assert stored == 2 * (200 * 96 + 96 * 200) + 4 * 2 * (96 + 200)
     assert bf16 == 2 * 2 * (200 * 96 + 96 * 200) and stored / bf16 < 0.52
     assert all(isinstance(m, Fp8Linear) for m in (model.layers[0].fc1, model.layers[1].fc2))
+
+
+def test_quantization_of_names_the_scheme_the_layers_were_loaded_with():
+    # 128x128 blocks and 1x128 groups both keep row-form scales [out, in / 128]: the name
+    # comes from the load, not from the scales (fp8-group read as fp8-block before).
+    for name, block_size in (("fp8", None), ("fp8-block", (128, 128)), ("fp8-group", (1, 128))):
+        config = Fp8Config(block_size)
+        state = quantize_state_dict(Model().state_dict(), config)
+        with torch.device("meta"):
+            model = Model()
+        use_fp8_linears(model, state, config.block_cols, config.name)
+        assert quantization_of(model) == name
+    unnamed = _quantized_model(Fp8Config((1, 128)))[1]      # loaded without its scheme: read from the scales
+    assert quantization_of(unnamed) == "fp8-block"
+    assert quantization_of(Model()) is None
