@@ -43,15 +43,15 @@ KERNEL_TESTS = ["tests/unit/engine/test_varlen_attention_kernel.py", "tests/unit
 SECTIONS = [
     ("env", ["bash", "-c", "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; "
              f"{sys.executable} -c 'import sys,torch,triton,transformers; print(sys.version.split()[0], "
-             "torch.__version__, triton.__version__, transformers.__version__)'"], None, 15),
+             "torch.__version__, triton.__version__, transformers.__version__)'"], None, 10),
     ("kernels", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "-W", "ignore",
                  "KERNEL_TESTS"], None, 50),
-    ("generate", [sys.executable, "bench/gpu/generate.py"], [sys.executable, "bench/gpu/generate.py", "--cpu"], 110),
-    ("layers", [sys.executable, "bench/gpu/layers.py"], [sys.executable, "bench/gpu/layers.py", "--cpu"], 30),
+    ("generate", [sys.executable, "bench/gpu/generate.py"], [sys.executable, "bench/gpu/generate.py", "--cpu"], 125),
+    ("layers", [sys.executable, "bench/gpu/layers.py"], [sys.executable, "bench/gpu/layers.py", "--cpu"], 25),
     ("fp8", [sys.executable, "bench/fp8_bench.py"], [sys.executable, "bench/fp8_bench.py"], 60),
-    ("embed", [sys.executable, "bench/gpu/embed.py"], [sys.executable, "bench/gpu/embed.py", "--cpu"], 60),
-    ("whisper", [sys.executable, "bench/gpu/whisper.py"], [sys.executable, "bench/gpu/whisper.py", "--cpu"], 65),
-    ("workers", [sys.executable, "bench/gpu/workers.py"], [sys.executable, "bench/gpu/workers.py", "--cpu"], 80),
+    ("embed", [sys.executable, "bench/gpu/embed.py"], [sys.executable, "bench/gpu/embed.py", "--cpu"], 55),
+    ("whisper", [sys.executable, "bench/gpu/whisper.py"], [sys.executable, "bench/gpu/whisper.py", "--cpu"], 85),
+    ("workers", [sys.executable, "bench/gpu/workers.py"], [sys.executable, "bench/gpu/workers.py", "--cpu"], 70),
 ]
 
 
