@@ -94,10 +94,11 @@ def kv_cache_blocks(model, config, options, dtype, device, max_model_len: int) -
     """KV-cache blocks for a generate engine (engine.generate.LLMEngine): on a GPU, what its
     gpu_memory_fraction leaves after weights and activations (logged at load); else, or
     when options.gpu_memory_fraction is None, kv_cache_memory_fraction of free memory."""
-    from engine.generate.kv_cache import bytes_per_block, num_blocks_from_memory
+    from engine.generate.kv_cache import bytes_per_block, cache_dtype, num_blocks_from_memory
     max_useful_tokens = options.max_num_seqs * max_model_len
+    kv_dtype = cache_dtype(options.kv_cache_dtype, dtype)      # fp8: about half the bytes per block
     if device.type != "cuda" or options.gpu_memory_fraction is None:
-        return num_blocks_from_memory(config, options.block_size, dtype, device, options.kv_cache_memory_fraction,
+        return num_blocks_from_memory(config, options.block_size, kv_dtype, device, options.kv_cache_memory_fraction,
                                       max_useful_tokens)
     import torch
     element_size = torch.empty((), dtype=dtype).element_size()
@@ -105,7 +106,7 @@ def kv_cache_blocks(model, config, options, dtype, device, max_model_len: int) -
                          model_bytes(model),
                          activation_bytes(config.hidden_size, config.intermediate_size, config.vocab_size,
                                           options.max_num_batched_tokens, options.max_num_seqs, element_size),
-                         bytes_per_block(config, options.block_size, dtype), options.block_size,
+                         bytes_per_block(config, options.block_size, kv_dtype), options.block_size,
                          options.max_num_batched_tokens)
     num_blocks = min(plan.num_blocks, -(-max_useful_tokens // options.block_size))
     log.info("GPU memory: %s; %d blocks allocated (max_num_seqs x max_model_len need no more)", plan.describe(),

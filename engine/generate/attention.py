@@ -4,6 +4,7 @@ NOTE: the batch is one flat run of tokens from many sequences, decodes first:
 
     tokens:  [d0 d1 d2 | p0 p0 p0 p0 | p1 p1]      d = one decode token, p = a prefill chunk
     cache:   [num_kv_heads, num_blocks, block_size, head_dim] per layer, K and V apart
+             (E4M3 with a scale per slot and kv head where kv_cache_dtype="fp8": kv_cache.py)
 
 Every new token's K/V is written to its slot first; then each sequence attends over
 its whole context (cached tokens + new ones). On CPU, decodes run in the compiled
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.generate.kv_cache import LayerKVCache, dequantize_rows, store_kv
 from engine.kernels import cpu_ops
 
 
@@ -89,44 +91,44 @@ def attention_backend(device: torch.device) -> str:
     return chosen
 
 
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """q [num_tokens, num_heads, head_dim], k/v [num_tokens, num_kv_heads, head_dim] -> like q."""
-    num_kv_heads, head_dim = k_cache.shape[0], k_cache.shape[-1]
-    k_cache.view(num_kv_heads, -1, head_dim).index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
-    v_cache.view(num_kv_heads, -1, head_dim).index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerKVCache,
+                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """q [num_tokens, num_heads, head_dim], k/v [num_tokens, num_kv_heads, head_dim] -> like q.
+    An fp8 cache (cache.is_fp8) is read back dequantized to q's dtype on every path."""
+    store_kv(cache, k, v, meta.slot_mapping)
     if meta.flat is not None:
         from engine.kernels import paged_attention as kernel    # triton is imported only where it is used
         flat = meta.flat
-        return kernel.paged_attention(q, k_cache, v_cache, flat.query_start_loc, flat.seq_lens, flat.block_tables,
-                                      flat.max_query_len, scale)
+        return kernel.paged_attention(q, cache.k, cache.v, flat.query_start_loc, flat.seq_lens, flat.block_tables,
+                                      flat.max_query_len, scale, k_scale=cache.k_scale, v_scale=cache.v_scale)
     out = torch.empty_like(q)
     for group in meta.decodes:
         rows = slice(group.start, group.start + group.block_table.shape[0])
         if group.bias is None:
-            out[rows] = cpu_ops.paged_decode(q[rows], k_cache, v_cache, group.block_table, group.context_lens, scale)
+            out[rows] = cpu_ops.paged_decode(q[rows], cache.k, cache.v, group.block_table, group.context_lens, scale)
         else:
-            out[rows] = _decode(q[rows], k_cache, v_cache, group, scale)
+            out[rows] = _decode(q[rows], cache, group, scale)
     for chunk in meta.prefills:
         rows = slice(chunk.start, chunk.start + chunk.num_new_tokens)
         if chunk.block_ids is None:     # nothing cached: attend over the new tokens as they are
             keys, values = k[rows].transpose(0, 1), v[rows].transpose(0, 1)
         else:
-            keys = _gather_blocks(k_cache, chunk.block_ids)[:, :chunk.num_context_tokens]
-            values = _gather_blocks(v_cache, chunk.block_ids)[:, :chunk.num_context_tokens]
+            keys = _gather_blocks(cache.k, chunk.block_ids, cache.k_scale, q.dtype)[:, :chunk.num_context_tokens]
+            values = _gather_blocks(cache.v, chunk.block_ids, cache.v_scale, q.dtype)[:, :chunk.num_context_tokens]
         out[rows] = _attend(q[rows], keys, values, chunk.mask, scale)
     return out
 
 
-def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup,
-            scale: float) -> torch.Tensor:
+def _decode(q: torch.Tensor, cache: LayerKVCache, group: DecodeGroup, scale: float) -> torch.Tensor:
     """q [num_seqs, num_heads, head_dim]: one query per sequence, as two batched matmuls
     with the kv head leading, so each K/V row is read once for all the query heads it serves."""
     num_seqs, num_heads, head_dim = q.shape
-    num_kv_heads, context_len = k_cache.shape[0], group.bias.shape[1]
+    num_kv_heads, context_len = cache.k.shape[0], group.bias.shape[1]
     group_size = num_heads // num_kv_heads
-    keys = _gather_blocks(k_cache, group.block_table).view(num_kv_heads * num_seqs, context_len, head_dim)
-    values = _gather_blocks(v_cache, group.block_table).view(num_kv_heads * num_seqs, context_len, head_dim)
+    keys = _gather_blocks(cache.k, group.block_table, cache.k_scale, q.dtype)
+    values = _gather_blocks(cache.v, group.block_table, cache.v_scale, q.dtype)
+    keys = keys.view(num_kv_heads * num_seqs, context_len, head_dim)
+    values = values.view(num_kv_heads * num_seqs, context_len, head_dim)
     # query head h is served by kv head h // group_size, as in Hugging Face's repeat_kv
     queries = q.view(num_seqs, num_kv_heads, group_size, head_dim).transpose(0, 1).reshape(-1, group_size, head_dim)
     scores = torch.bmm(queries, keys.transpose(1, 2)).view(num_kv_heads, num_seqs, group_size, context_len)
@@ -135,14 +137,23 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group
     return out.view(num_kv_heads, num_seqs, group_size, head_dim).transpose(0, 1).reshape(num_seqs, num_heads, head_dim)
 
 
-def _gather_blocks(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
+def _gather_blocks(cache: torch.Tensor, block_ids: torch.Tensor, scales: torch.Tensor | None = None,
+                   dtype: torch.dtype | None = None) -> torch.Tensor:
     """cache [kv_heads, num_blocks, block_size, dim], block_ids [..., n] -> [kv_heads, ..., n * block_size, dim].
     Whole blocks are copied (block_size * head_dim contiguous values each), not token by
     token: index_select over rows of whole blocks is a plain row copy, several times
-    faster on CPU than advanced indexing of the 4-d cache."""
+    faster on CPU than advanced indexing of the 4-d cache. With scales (an fp8 cache,
+    [kv_heads, num_blocks, block_size]) the rows come back dequantized to dtype."""
     num_kv_heads, num_blocks, block_size, head_dim = cache.shape
-    rows = torch.index_select(cache.view(num_kv_heads, num_blocks, block_size * head_dim), 1, block_ids.reshape(-1))
-    return rows.view(num_kv_heads, *block_ids.shape[:-1], block_ids.shape[-1] * block_size, head_dim)
+    if scales is None:
+        rows = torch.index_select(cache.view(num_kv_heads, num_blocks, block_size * head_dim), 1,
+                                  block_ids.reshape(-1))
+        return rows.view(num_kv_heads, *block_ids.shape[:-1], block_ids.shape[-1] * block_size, head_dim)
+    raw = cache.view(torch.uint8).view(num_kv_heads, num_blocks, block_size * head_dim)  # no index_select for fp8 on CPU
+    rows = torch.index_select(raw, 1, block_ids.reshape(-1)).view(cache.dtype)
+    row_scales = torch.index_select(scales, 1, block_ids.reshape(-1))
+    shape = (num_kv_heads, *block_ids.shape[:-1], block_ids.shape[-1] * block_size)
+    return dequantize_rows(rows.view(*shape, head_dim), row_scales.reshape(shape), dtype)
 
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,

@@ -9,6 +9,7 @@ rest run; only a bad SamplingParams value raises (ValueError naming it).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from engine.generate.attention import attention_backend
 from engine.generate.block_manager import BlockManager
 from engine.generate.cuda_graph import CudaGraphRunner
 from engine.generate.grammar import GrammarCache
-from engine.generate.kv_cache import allocate_kv_cache
+from engine.generate.kv_cache import FP8_KV_DTYPE, allocate_kv_cache, bytes_per_block, cache_dtype
 from engine.generate.model_config import DecoderConfig
 from engine.generate.model_loader import load_decoder
 from engine.generate.options import GenerateOptions
@@ -36,6 +37,8 @@ from engine.models.llama import LlamaForCausalLM
 from engine.oom import OomGuard, recover_generate_step
 from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
+
+log = logging.getLogger("barge.engine")
 
 Prompt = str | list[int] | list[dict]     # text, token ids, or chat messages [{"role", "content"}]
 
@@ -76,7 +79,13 @@ class LLMEngine:
                                                    self.max_model_len), self.block_manager)
         # The Triton path gets one dummy block past the real ones: padding rows of a CUDA graph write there.
         use_triton = attention_backend(device) == "triton"
-        kv_cache = allocate_kv_cache(config, num_blocks + int(use_triton), options.block_size, dtype, device)
+        self.kv_cache_dtype = cache_dtype(options.kv_cache_dtype, dtype)
+        check_kv_cache_dtype(self.kv_cache_dtype, use_triton, device)
+        kv_cache = allocate_kv_cache(config, num_blocks + int(use_triton), options.block_size, self.kv_cache_dtype,
+                                     device)
+        log.info("generate engine: KV cache %s, %d blocks of %d tokens (%d tokens, %.2f GiB)",
+                 _dtype_name(self.kv_cache_dtype), num_blocks, options.block_size, num_blocks * options.block_size,
+                 num_blocks * bytes_per_block(config, options.block_size, self.kv_cache_dtype) / 2**30)
         self.runner = ModelRunner(model, kv_cache, options.block_size, device)
         if use_triton and device.type == "cuda" and not options.enforce_eager:
             self.runner.graphs = CudaGraphRunner(model, kv_cache, options.max_num_seqs,
@@ -105,11 +114,13 @@ class LLMEngine:
     @property
     def settings(self) -> dict:
         """dtype, device, quantization, and the limits this engine was sized to (the
-        effective ones: max_model_len and num_kv_blocks as computed at load)."""
+        effective ones: max_model_len and num_kv_blocks as computed at load), and the
+        KV cache's dtype ("float8_e4m3fn" where kv_cache_dtype="fp8")."""
         scheduler, blocks = self.scheduler.config, self.block_manager
         return {**model_settings(self.runner.model), "max_num_seqs": scheduler.max_num_seqs,
                 "max_num_batched_tokens": scheduler.max_num_batched_tokens, "max_model_len": self.max_model_len,
                 "block_size": blocks.block_size, "num_kv_blocks": blocks.num_blocks,
+                "kv_cache_dtype": _dtype_name(self.kv_cache_dtype),
                 "enable_prefix_caching": blocks.enable_prefix_caching, **self._graph_settings(),
                 **({"num_oom_retries": self.oom_guard.num_ooms} if self.oom_guard.num_ooms else {})}
 
@@ -329,6 +340,21 @@ class LLMEngine:
         ending = (self.eos_token_ids | frozenset(params.stop_token_ids)
                   if request.status.finish_reason == "stop" and not params.ignore_eos else frozenset())
         return token_logprobs(request.logprobs, request.output_token_ids, params.logprobs, self.token_pieces, ending)
+
+
+def check_kv_cache_dtype(kv_dtype: torch.dtype, use_triton: bool, device: torch.device) -> None:
+    """An fp8 cache where the paged kernel cannot read it is refused at construction:
+    Triton widens E4M3 on compute capability 8.9 (Ada, Hopper) and later only."""
+    if kv_dtype != FP8_KV_DTYPE or not use_triton or device.type != "cuda":
+        return
+    capability = torch.cuda.get_device_capability(device)
+    if capability < (8, 9):
+        raise ValueError(f"kv_cache_dtype='fp8' needs a GPU of compute capability 8.9 or later for the paged "
+                         f"attention kernel; {torch.cuda.get_device_name(device)} is {capability[0]}.{capability[1]}")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _token_set(token_id: int | None) -> frozenset[int]:

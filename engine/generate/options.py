@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+KV_CACHE_DTYPES = ("auto", "fp8")     # "auto": the model's dtype; "fp8": E4M3 with per-slot scales (kv_cache.py)
+
 
 @dataclass(frozen=True)
 class GenerateOptions:
@@ -20,6 +22,7 @@ class GenerateOptions:
     enable_jump_forward: bool = True        # structured output: append what the grammar forces without a step each
     enforce_eager: bool = False             # on CUDA: no CUDA graphs for decode steps (engine/generate/cuda_graph.py);
                                             # there are none on CPU either way
+    kv_cache_dtype: str = "auto"            # "auto" (the model's dtype) or "fp8": E4M3 K/V, about 1.9x the blocks
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_blocks"):
@@ -30,5 +33,8 @@ class GenerateOptions:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if self.gpu_memory_fraction is not None and not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise ValueError(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(map(repr, KV_CACHE_DTYPES))}, "
+                             f"got {self.kv_cache_dtype!r}")
         if not 0.0 < self.kv_cache_memory_fraction <= 0.95:
             raise ValueError(f"kv_cache_memory_fraction must be in (0, 0.95], got {self.kv_cache_memory_fraction!r}")

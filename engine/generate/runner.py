@@ -60,6 +60,9 @@ class ModelRunner:
         self.use_triton = attention_backend(device) == "triton"
         self.use_cpu_kernel = (device.type == "cpu" and not self.use_triton and bool(kv_cache)
                                and kv_cache[0][0].dtype == torch.float32 and cpu_ops.cpu_kernels_available())
+        # An fp8 cache is read for every token, a first chunk's too, as the Triton kernel reads
+        # it: what CPU measures (perplexity, eval-quant) is what a GPU computes.
+        self.is_kv_fp8 = bool(kv_cache) and kv_cache[0].is_fp8
         self.graphs = None      # a CudaGraphRunner (engine/generate/cuda_graph.py), set by LLMEngine on CUDA
 
     @torch.inference_mode()
@@ -147,7 +150,7 @@ class ModelRunner:
 
     def _prefill_chunk(self, request: Request, start: int, num_new: int) -> PrefillChunk:
         num_cached = request.num_computed_tokens
-        if num_cached == 0:
+        if num_cached == 0 and not self.is_kv_fp8:
             return PrefillChunk(start, num_new, None, 0, None)
         num_context = num_cached + num_new
         block_ids = torch.tensor(request.block_ids, dtype=torch.long, device=self.device)

@@ -23,7 +23,7 @@ from torch import nn
 
 from engine.batching import PackedBatch
 from engine.generate.attention import AttentionMetadata, paged_attention
-from engine.generate.kv_cache import KVCache
+from engine.generate.kv_cache import KVCache, LayerKVCache
 from engine.generate.model_config import DecoderConfig
 from engine.generate.rotary import Rotary, apply_rotary
 from engine.layers.attention import packed_attention
@@ -66,9 +66,9 @@ class Attention(nn.Module):
         self.scale = self.head_dim ** -0.5
 
     def forward(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
-                kv_cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                kv_cache: LayerKVCache) -> torch.Tensor:
         q, k, v = self.project(hidden, rope)
-        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        out = paged_attention(q, k, v, kv_cache, meta, self.scale)
         return self.o_proj(out.reshape(-1, self.q_size))
 
     def project(self, hidden: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -84,9 +84,9 @@ class Attention(nn.Module):
         return q, k, v
 
     def forward_fused(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
-                      kv_cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                      kv_cache: LayerKVCache) -> torch.Tensor:
         q, k, v = self.project_fused(hidden, rope)
-        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        out = paged_attention(q, k, v, kv_cache, meta, self.scale)
         return self.o_proj(out.reshape(-1, self.q_size))
 
     def project_fused(self, hidden: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -134,7 +134,7 @@ class DecoderLayer(nn.Module):
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
     def forward_fused(self, hidden: torch.Tensor, residual: torch.Tensor | None, rope: Rope, meta: AttentionMetadata,
-                      kv_cache: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+                      kv_cache: LayerKVCache) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden: the previous layer's MLP output, not yet added to residual (the stream so
         far; None before the first layer, where hidden is the embedding and starts it)."""
         if residual is None:

@@ -29,7 +29,7 @@ def test_generate_settings_are_the_effective_limits(decoder_folder):
                                     max_num_seqs=16, max_num_batched_tokens=48)
     assert engine.settings == {"mode": "generate", **ON_CPU, "max_num_seqs": 16, "max_num_batched_tokens": 48,
                                "max_model_len": 160, "block_size": 4, "num_kv_blocks": 40,
-                               "enable_prefix_caching": True}
+                               "kv_cache_dtype": "float32", "enable_prefix_caching": True}
     json.dumps(engine.settings)
 
 

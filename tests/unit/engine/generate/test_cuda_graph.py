@@ -120,11 +120,11 @@ def test_a_decode_step_through_the_buffers_equals_the_eager_step(triton_engine):
     batch = runner.prepare(output)
     assert batch.is_decode_only
     num_real_blocks = llm.block_manager.num_blocks
-    cache_before = [(k.clone(), v.clone()) for k, v in runner.kv_cache]
+    cache_before = [(k.clone(), v.clone()) for k, v, *_ in runner.kv_cache]
     with torch.inference_mode():
         eager = runner.model(batch.input_ids, batch.positions, batch.meta, runner.kv_cache)
-        cache_eager = [(k[:, :num_real_blocks].clone(), v[:, :num_real_blocks].clone()) for k, v in runner.kv_cache]
-        for (k, v), (k0, v0) in zip(runner.kv_cache, cache_before):
+        cache_eager = [(k[:, :num_real_blocks].clone(), v[:, :num_real_blocks].clone()) for k, v, *_ in runner.kv_cache]
+        for (k, v, *_), (k0, v0) in zip(runner.kv_cache, cache_before):
             k.copy_(k0)
             v.copy_(v0)
         graphs = CudaGraphRunner(runner.model, runner.kv_cache, 8, 10, num_real_blocks * 4, runner.device, capture=False)
@@ -132,7 +132,7 @@ def test_a_decode_step_through_the_buffers_equals_the_eager_step(triton_engine):
     assert graphs.bucket_for(3) == 4
     # exact: the padding row changes no other row's arithmetic (seen bit-equal with oneDNN's fp32 matmuls)
     assert torch.equal(through_buffers, eager)
-    for (k, v), (k_eager, v_eager) in zip(runner.kv_cache, cache_eager):
+    for (k, v, *_), (k_eager, v_eager) in zip(runner.kv_cache, cache_eager):
         assert torch.equal(k[:, :num_real_blocks], k_eager) and torch.equal(v[:, :num_real_blocks], v_eager)
     assert not torch.equal(runner.kv_cache[0][0][:, num_real_blocks], cache_before[0][0][:, num_real_blocks])
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from engine.generate.attention import AttentionMetadata, DecodeGroup, paged_attention  # noqa: E402
+from engine.generate.kv_cache import LayerKVCache  # noqa: E402
 from engine.kernels import cpu_ops  # noqa: E402
 
 
@@ -71,9 +72,9 @@ def test_the_kernel_equals_the_gathering_path_inside_paged_attention():
     lens = torch.tensor(context_lens)
     is_real = torch.arange(table.shape[1] * block_size)[None, :] < lens[:, None]
     bias = torch.zeros(is_real.shape).masked_fill(~is_real, float("-inf"))
-    gathered = paged_attention(q, k, v, k_cache.clone(), v_cache.clone(),
+    gathered = paged_attention(q, k, v, LayerKVCache(k_cache.clone(), v_cache.clone()),
                                AttentionMetadata(slots, [DecodeGroup(0, table, lens, bias)], []), 0.125)
-    compiled = paged_attention(q, k, v, k_cache.clone(), v_cache.clone(),
+    compiled = paged_attention(q, k, v, LayerKVCache(k_cache.clone(), v_cache.clone()),
                                AttentionMetadata(slots, [DecodeGroup(0, table, lens, None)], []), 0.125)
     torch.testing.assert_close(compiled, gathered, atol=1e-5, rtol=1e-5)
 

@@ -12,6 +12,7 @@ pytest.importorskip("triton")
 
 from engine.generate.attention import AttentionMetadata, DecodeGroup, PrefillChunk  # noqa: E402
 from engine.generate.attention import paged_attention as gather_attention  # noqa: E402
+from engine.generate.kv_cache import LayerKVCache, dequantize_rows, quantize_rows, store_kv  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -58,9 +59,10 @@ class Batch:
         return (starts.to(DEVICE), torch.tensor(self.lens, dtype=torch.int32, device=DEVICE), tables.to(DEVICE),
                 max(new for _, new in self.seqs))
 
-    def gather_metadata(self):
+    def gather_metadata(self, always_gather=False):
         """What the CPU runner builds without its compiled kernel: decode groups with a bias,
-        prefill chunks with a mask after cached tokens (decodes come first in the batch)."""
+        prefill chunks with a mask after cached tokens (decodes come first in the batch);
+        always_gather: first chunks read the cache too (the runner's rule for an fp8 cache)."""
         decodes, prefills, start = [], [], 0
         for (cached, new), table, length in zip(self.seqs, self.tables, self.lens):
             block_ids = torch.tensor(table, dtype=torch.long, device=DEVICE)
@@ -69,7 +71,7 @@ class Batch:
                 bias = torch.zeros(is_real.shape, device=DEVICE).masked_fill(~is_real, float("-inf"))
                 decodes.append(DecodeGroup(start, block_ids[None], torch.tensor([length], device=DEVICE),
                                            bias.to(self.q.dtype)))
-            elif cached == 0:
+            elif cached == 0 and not always_gather:
                 prefills.append(PrefillChunk(start, new, None, 0, None))
             else:
                 mask = (torch.arange(length, device=DEVICE)[None, :]
@@ -80,7 +82,7 @@ class Batch:
 
 
 def run_both(kernel, batch, scale=0.25, block_n=None):
-    expected = gather_attention(batch.q, batch.k, batch.v, batch.k_cache.clone(), batch.v_cache.clone(),
+    expected = gather_attention(batch.q, batch.k, batch.v, LayerKVCache(batch.k_cache.clone(), batch.v_cache.clone()),
                                 batch.gather_metadata(), scale)
     k_cache, v_cache = batch.k_cache.clone(), batch.v_cache.clone()
     num_kv_heads, head_dim = k_cache.shape[0], k_cache.shape[-1]
@@ -155,3 +157,66 @@ def test_refuses_what_it_cannot_run(kernel):
     batch = Batch([(0, 2)], 3, 2, 16, 4, torch.float32)
     with pytest.raises(ValueError, match="num_kv_heads"):
         kernel.paged_attention(batch.q, batch.k_cache, batch.k_cache, *batch.flat(), 0.25)
+
+
+def fp8_caches(batch):
+    """The batch's cache in E4M3 with a scale per slot and kv head (kv_cache_dtype="fp8")."""
+    (k, k_scale), (v, v_scale) = quantize_rows(batch.k_cache), quantize_rows(batch.v_cache)
+    return LayerKVCache(k, v, k_scale, v_scale)
+
+
+def run_fp8(kernel, batch, scale=0.25, block_n=None):
+    """The kernel over an fp8 cache the store wrote the new tokens to; the native path over
+    the same fp8 cache; and the reference: the gather path over those values dequantized,
+    every chunk reading the cache (as the runner builds chunks for an fp8 cache)."""
+    cache = fp8_caches(batch)
+    store_kv(cache, batch.k, batch.v, batch.slot_mapping)
+    ours = kernel.paged_attention(batch.q, cache.k, cache.v, *batch.flat(), scale, block_n=block_n,
+                                  k_scale=cache.k_scale, v_scale=cache.v_scale)
+    native = gather_attention(batch.q, batch.k, batch.v, fp8_caches(batch), batch.gather_metadata(True), scale)
+    dequantized = LayerKVCache(dequantize_rows(cache.k, cache.k_scale, torch.float32),
+                               dequantize_rows(cache.v, cache.v_scale, torch.float32))
+    k_stored, v_stored = (dequantize_rows(*quantize_rows(x), torch.float32) for x in (batch.k, batch.v))
+    expected = gather_attention(batch.q.float(), k_stored, v_stored, dequantized, batch.gather_metadata(True), scale)
+    return ours, native, expected
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_fp8_cache_decodes_at_block_boundaries(kernel, block_size):
+    seqs = [(0, 1), (block_size - 1, 1), (block_size, 1), (3 * block_size + 2, 1), (40, 1)]
+    ours, native, expected = run_fp8(kernel, Batch(seqs, 4, 2, 16, block_size, torch.float32, seed=block_size))
+    assert ours.shape == expected.shape
+    assert max_error(ours, expected) <= 1e-5 and max_error(native, expected) <= 1e-5
+
+
+@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(4, 4, 16), (6, 2, 16), (4, 1, 24), (8, 2, 128)])
+def test_fp8_cache_decodes_and_prefill_chunks_in_one_batch(kernel, num_heads, num_kv_heads, head_dim):
+    """Decodes, first chunks and chunks after cached tokens, GQA of 3 and 4, an odd head_dim:
+    the kernel reading E4M3 + scales computes what fp32 attention over the dequantized
+    values computes (it widens exactly and scales the score and probability columns)."""
+    seqs = [(9, 1), (0, 1), (0, 7), (8, 5), (4, 1), (5, 20), (16, 17)]
+    ours, native, expected = run_fp8(kernel, Batch(seqs, num_heads, num_kv_heads, head_dim, 8, torch.float32,
+                                                   seed=num_heads + head_dim))
+    assert max_error(ours, expected) <= 1e-5 and max_error(native, expected) <= 1e-5
+
+
+def test_fp8_cache_with_narrow_key_tiles(kernel):
+    ours, native, expected = run_fp8(kernel, Batch([(0, 33), (12, 3), (3, 30)], 4, 2, 16, 4, torch.float32, seed=3),
+                                     block_n=16)
+    assert max_error(ours, expected) <= 1e-5 and max_error(native, expected) <= 1e-5
+
+
+def test_fp8_cache_under_bf16_compute(kernel):
+    """E4M3 widens exactly to bf16; the bf16 products and the reference's bf16 softmax
+    weights differ by a few bf16 ulps (~4e-3 each) on outputs of order 1, as for a bf16 cache."""
+    ours, native, expected = run_fp8(kernel, Batch([(17, 1), (0, 1), (8, 9), (0, 12)], 4, 2, 32, 8, torch.bfloat16,
+                                                   seed=11))
+    assert ours.dtype == torch.bfloat16
+    assert max_error(ours, expected) <= 4e-2 and max_error(native, expected) <= 4e-2
+
+
+def test_refuses_an_fp8_cache_without_both_scales(kernel):
+    batch = Batch([(0, 2)], 4, 2, 16, 4, torch.float32)
+    cache = fp8_caches(batch)
+    with pytest.raises(ValueError, match="k_scale and v_scale"):
+        kernel.paged_attention(batch.q, cache.k, cache.v, *batch.flat(), 0.25, k_scale=cache.k_scale)
