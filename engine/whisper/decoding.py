@@ -13,6 +13,14 @@ A chunk with beam_size > 1 runs one row per hypothesis (engine.whisper.beam): th
 leader row is fed and read as a greedy chunk's while tokens are forced, its siblings
 copy it; after that the beam picks the next rows from all of them together and their
 self-attention K/V follow the picks.
+
+Out of memory (engine.oom): the K/V slots are allocated once, so what a step can run out of
+is activations, which grow with the chunks encoded at once and the rows decoded at once.
+An encoder batch that runs out puts its chunks back at the head of the queue and halves
+max_admit; a decoder step that runs out puts its newest chunks back (they start over,
+from their encoder output, to the same tokens) and halves the rows decoded together
+(scheduler.max_running). Both stay lowered. Only a chunk that runs out alone, at the
+floor, finishes with error = OOM_ROW_ERROR, and its file becomes an error row.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from engine.oom import OOM_ROW_ERROR, OomGuard, halved
 from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
 from engine.whisper.beam import BeamSearch
@@ -47,13 +56,17 @@ class ChunkDecoder:
         self.num_steps = 0         # decoder steps run, for stats and benchmarks
         self.num_encoded = 0       # chunks through the encoder (fallback re-runs reuse theirs)
         self.step_observers: list[StepObserver] = []     # called with each decoder step's StepStats
+        self.oom_guard = OomGuard.from_env()    # out-of-memory errors survived; the test hook counts rows
 
     @property
     def settings(self) -> dict:
         """dtype, device, quantization; max_slots (chunks decoded together) and max_admit
         (chunks encoded in one batch)."""
-        return {**model_settings(self.model), "max_slots": self.cache.max_slots,
-                "max_admit": self.scheduler.max_admit}
+        settings = {**model_settings(self.model), "max_slots": self.cache.max_slots,
+                    "max_admit": self.scheduler.max_admit}
+        if self.oom_guard.num_ooms:     # the budgets it runs under now
+            settings.update(max_running=self.scheduler.max_running, num_oom_retries=self.oom_guard.num_ooms)
+        return settings
 
     def add(self, request: DecodeRequest, first: bool = False) -> None:
         self.check_beam_size(request.options.beam_size)
@@ -71,6 +84,13 @@ class ChunkDecoder:
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
+    def cancel(self, is_dropped) -> list[DecodeRequest]:
+        """Drop the queued (not running) requests is_dropped picks; returns them."""
+        dropped = [request for request in self.scheduler.waiting if is_dropped(request)]
+        for request in dropped:
+            self.scheduler.waiting.remove(request)
+        return dropped
+
     @torch.inference_mode()
     def step(self) -> list[DecodeRequest]:
         """One decoder step over every running request; returns those that finished."""
@@ -80,17 +100,72 @@ class ChunkDecoder:
     def _step(self) -> list[DecodeRequest]:
         admitted = self.scheduler.admit(lambda request: request.is_ready)
         if admitted:
-            self._start(admitted)
+            try:
+                self.oom_guard.check(len(admitted))
+                self._start(admitted)
+            except torch.OutOfMemoryError as error:
+                return self._after_encoder_oom(error, admitted)
         running = self.scheduler.running
         if not running:
             return []
         if self.step_observers:
             notify(self.step_observers, self._step_stats(len(running)))
-        logits = self.decoder_step([r.next_token for r in running], [r.position for r in running])
+        try:
+            self.oom_guard.check(len(running))
+            logits = self.decoder_step([r.next_token for r in running], [r.position for r in running])
+        except torch.OutOfMemoryError as error:
+            return self._after_decoder_oom(error)
         self.num_steps += 1
         finished = self._advance(running, logits)
         self.scheduler.release(finished)
         return finished
+
+    def _after_encoder_oom(self, error: BaseException, admitted: list[DecodeRequest]) -> list[DecodeRequest]:
+        """The admitted chunks go back to the queue's head under a halved max_admit; a chunk
+        admitted alone at max_admit 1 finishes with the error. Returns the chunks that finished."""
+        lower = halved(len(admitted), 1)
+        if lower is None:
+            self.oom_guard.record(error, self.device, "a chunk that does not fit alone ends with an error")
+            return self._fail(admitted)
+        self.scheduler.max_admit = min(self.scheduler.max_admit, lower)
+        self.oom_guard.record(error, self.device, f"max_admit lowered to {self.scheduler.max_admit}")
+        self._requeue(admitted)
+        return []
+
+    def _after_decoder_oom(self, error: BaseException) -> list[DecodeRequest]:
+        """The newest running chunks go back to the queue's head until half the rows are
+        left, and at most that many rows decode together from now on; a chunk that ran alone
+        finishes with the error. Returns the chunks that finished."""
+        scheduler = self.scheduler
+        leaders = [row for row in scheduler.running if row.is_leader]
+        if len(leaders) == 1:
+            self.oom_guard.record(error, self.device, "a chunk that does not fit alone ends with an error")
+            return self._fail(leaders)
+        scheduler.max_running = max(len(leaders[0].rows), halved(len(scheduler.running), 1))
+        newest = sorted(leaders, key=lambda request: request.request_id)
+        kept_rows = len(scheduler.running)
+        evicted = []
+        while len(newest) > 1 and kept_rows > scheduler.max_running:
+            evicted.append(newest.pop())
+            kept_rows -= len(evicted[-1].rows)
+        self.oom_guard.record(error, self.device, f"{len(evicted)} chunks put back and rows decoded together "
+                                                  f"lowered to {scheduler.max_running}")
+        self._requeue(evicted[::-1])
+        return []
+
+    def _requeue(self, requests: list[DecodeRequest]) -> None:
+        self.scheduler.requeue(requests)
+        for request in requests:
+            if request.options.beam_size > 1:
+                BeamSearch.around(request, self.tokenizer.eot)
+
+    def _fail(self, requests: list[DecodeRequest]) -> list[DecodeRequest]:
+        self.scheduler.release(requests)
+        for request in requests:
+            request.error, request.is_finished = OOM_ROW_ERROR, True
+            if request.beam is not None:
+                request.beam = None
+        return requests
 
     def _step_stats(self, num_running: int) -> StepStats:
         """One token per running chunk; a chunk's slot is its whole K/V, so slots are the blocks."""

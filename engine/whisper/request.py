@@ -53,6 +53,19 @@ class DecodeRequest:
     is_finished: bool = False
     generator: torch.Generator | None = None
     beam: "BeamSearch | None" = None     # beam_size > 1: the hypotheses, this request one of them
+    error: str | None = None             # set when it finished without a transcript (engine.oom.OOM_ROW_ERROR)
+
+    def restart(self) -> None:
+        """Back to before admission, keeping its encoder output (a step ran out of memory):
+        it decodes again from its first forced token, to the same tokens. A language it
+        detected itself is detected again, so its probabilities come back with it."""
+        if self.language_probs is not None:
+            self.language, self.language_probs = None, None
+        self.pending.clear()
+        self.fed.clear()
+        self.output.clear()
+        self.sum_logprob, self.no_speech_prob = 0.0, 0.0
+        self.is_finished, self.generator, self.beam = False, None, None
 
     @property
     def rows(self) -> list["DecodeRequest"]:

@@ -20,6 +20,7 @@ class Scheduler:
     def __init__(self, cache: DecoderCache, max_admit: int):
         self.cache = cache
         self.max_admit = max_admit         # encoder batch: most requests admitted in one step
+        self.max_running = cache.max_slots  # rows decoded together: lowered after an out-of-memory step
         self.waiting: deque[DecodeRequest] = deque()
         self.running: list[DecodeRequest] = []    # index = slot
 
@@ -36,7 +37,7 @@ class Scheduler:
         they are returned, and their rows hold the last slots of `running`. A ready request
         that does not fit stops admission, so a beam's many slots are not starved by
         smaller requests behind it."""
-        num_free = self.cache.max_slots - len(self.running)
+        num_free = self.max_running - len(self.running)
         admitted, kept, is_blocked = [], deque(), False
         while self.waiting:
             request = self.waiting.popleft()
@@ -51,6 +52,14 @@ class Scheduler:
                 num_free -= len(request.rows)
         self.waiting = kept
         return admitted
+
+    def requeue(self, requests: list[DecodeRequest]) -> None:
+        """Take running requests out of their slots and put them back at the head of the
+        queue, in the given order, to start over (after an out-of-memory step)."""
+        self.release(requests)
+        for request in reversed(requests):
+            request.restart()
+            self.waiting.appendleft(request)
 
     def release(self, finished: list[DecodeRequest]) -> None:
         """Free the slots of finished requests (every row), moving the last running row into each hole."""

@@ -59,8 +59,12 @@ class FileWork:
     chunks: dict[int, tuple[str, list[Segment]]] = field(default_factory=dict)   # start sample -> (raw text, segments)
     num_tokens: int = 0
     first_request: DecodeRequest | None = None
+    error: str | None = None                       # a chunk of it could not be decoded (out of memory alone)
 
     def output(self) -> TranscriptionOutput:
+        if self.error is not None:
+            return TranscriptionOutput(text=None, duration_s=round(self.audio.duration_s, 3), error=self.error,
+                                       num_tokens=self.num_tokens)
         ordered = [self.chunks[start] for start in sorted(self.chunks)]
         language = self.language or (self.first_request.language if self.first_request else None)
         return TranscriptionOutput(text="".join(raw for raw, _ in ordered).strip(),
@@ -176,6 +180,15 @@ class Transcriber:
     def _finish(self, jobs: dict, job: ChunkJob, request: DecodeRequest, params: TranscribeParams) -> None:
         """check → retry hotter, or re-chunk, or accept (and continue past an early end)."""
         file = job.file
+        if request.error is not None:
+            # A chunk that does not fit alone: the file gets no transcript, so its chunks still
+            # queued are dropped (some wait on this one's language) and those running are ignored.
+            file.error = request.error
+            for dropped in self.decoder.cancel(lambda queued: jobs[queued.request_id].file is file):
+                jobs.pop(dropped.request_id)
+            return
+        if file.error is not None:
+            return
         file.num_tokens += len(request.output) + 1
         if file.language is None and file.first_request is not None:
             file.language = file.first_request.language      # every later chunk decodes in it
