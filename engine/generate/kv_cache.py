@@ -22,10 +22,11 @@ import torch
 
 from engine.generate.model_config import DecoderConfig
 from engine.generate.options import KV_CACHE_DTYPES
-FP8_KV_DTYPE = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8_KV_DTYPE).max    # 448
+from engine.quant.fp8 import FP8_DTYPE as FP8_KV_DTYPE
+from engine.quant.fp8 import FP8_MAX        # 448
+from engine.quant.fp8 import MIN_SCALE      # an all-zero row (a padding slot) keeps a finite scale, stores zeros
+
 SCALE_DTYPE = torch.float32
-MIN_SCALE = 1e-12       # an all-zero row (a padding slot) keeps a finite scale and stores zeros
 
 
 class LayerKVCache(NamedTuple):
@@ -97,7 +98,7 @@ def allocate_kv_cache(config: DecoderConfig, num_blocks: int, block_size: int, d
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [..., head_dim] -> (E4M3 values [..., head_dim], fp32 scales [...]) with
     x ~= values * scales[..., None]: one scale per row, its absolute maximum over 448."""
-    scales = x.float().abs().amax(dim=-1).clamp_min(MIN_SCALE * FP8_MAX) / FP8_MAX
+    scales = (x.float().abs().amax(dim=-1) / FP8_MAX).clamp_min(MIN_SCALE)
     values = (x.float() / scales[..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_KV_DTYPE)
     return values, scales
 
@@ -108,7 +109,13 @@ def dequantize_rows(values: torch.Tensor, scales: torch.Tensor, dtype: torch.dty
 
 def store_kv(cache: LayerKVCache, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Write the new tokens' k, v [num_tokens, num_kv_heads, head_dim] to their slots
-    (slot_mapping long [num_tokens]), quantized where the cache is fp8."""
+    (slot_mapping long [num_tokens]), quantized where the cache is fp8: on CUDA in one
+    Triton launch for k and v together (engine/kernels/kv_store.py, bit-exact with the
+    ops below), elsewhere as tensor ops."""
+    if cache.is_fp8 and k.is_cuda:
+        from engine.kernels.kv_store import store_fp8_kv
+        store_fp8_kv(k, v, slot_mapping, cache.k, cache.v, cache.k_scale, cache.v_scale)
+        return
     num_kv_heads, head_dim = cache.k.shape[0], cache.k.shape[-1]
     for rows, values, scales in ((k, cache.k, cache.k_scale), (v, cache.v, cache.v_scale)):
         rows = rows.transpose(0, 1)       # [num_kv_heads, num_tokens, head_dim]

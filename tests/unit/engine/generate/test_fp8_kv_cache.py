@@ -160,3 +160,31 @@ def _common_prefix(a, b):
             break
         count += 1
     return count
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_triton_store_writes_the_bytes_the_tensor_ops_write(dtype):
+    """The one-launch store CUDA uses (engine/kernels/kv_store.py) against the tensor-op
+    store: the same E4M3 values (bytes equal but for the sign of a zero: the zero row's -0.0
+    inputs stay -0 through torch's cast, the kernel's rounding in fp32 makes them +0), and
+    the same scales. Magnitudes from 1e-3 to 500, a zero row, values on E4M3 rounding
+    ties, k and v as views into one QKV output (strided rows, as the model passes them)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and TRITON_INTERPRET is not 1")
+    from engine.kernels.kv_store import store_fp8_kv
+    config = decoder_config(num_layers=1, num_kv_heads=2, head_dim=24)
+    generator = torch.Generator().manual_seed(1)
+    qkv = torch.randn(6, 4 + 2 + 2, 24, generator=generator) * torch.tensor([1e-3, 1.0, 30.0, 0.0, 500.0, 7.0])[:, None,
+                                                                                                              None]
+    qkv[5, 4, :8] = torch.tensor([448.0, 1.0625, 3.25, -0.6875, 13.0, 1.125, 9.0, -17.0])   # ties at scale 1
+    qkv = qkv.to(device, dtype)
+    k, v = qkv[:, 4:6], qkv[:, 6:8]
+    slots = torch.tensor([3, 4, 9, 10, 15, 0], device=device)
+    caches = [allocate_kv_cache(config, 4, 4, FP8_KV_DTYPE, torch.device(device))[0] for _ in range(2)]
+    store_kv(caches[0], k.cpu(), v.cpu(), slots.cpu()) if device == "cuda" else store_kv(caches[0], k, v, slots)
+    if device == "cuda":    # store_kv takes the kernel on CUDA: the tensor-op reference runs on CPU copies
+        caches[0] = type(caches[0])(*(t.to(device) for t in caches[0]))
+    store_fp8_kv(k, v, slots, caches[1].k, caches[1].v, caches[1].k_scale, caches[1].v_scale)
+    for ops, kernel in zip(caches[0], caches[1]):
+        assert torch.equal(ops.float(), kernel.float())     # each E4M3 value is one float, -0.0 == 0.0
