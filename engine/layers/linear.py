@@ -120,3 +120,14 @@ def linear_residual(x: torch.Tensor, linear: nn.Module, residual: torch.Tensor) 
             return torch.addmm(residual, x, linear.weight.t())
         return (residual + linear.bias).addmm_(x, linear.weight.t())
     return residual + linear(x)
+
+
+def linear_unbiased(x: torch.Tensor, linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(x's product with the weight, the bias still to add) for a plain or packed linear,
+    so that a fused kernel after it adds the bias in the same pass as its own work
+    (engine/kernels/fused_encoder_ops.py); (linear(x), None) for another layer (Fp8Linear)."""
+    if type(linear) is nn.Linear:
+        return F.linear(x, linear.weight), linear.bias
+    if type(linear) is PackedLinear:
+        return torch.ops.mkldnn._linear_pointwise(x, linear.weight, None, "none", [], ""), linear.bias
+    return linear(x), None

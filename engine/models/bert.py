@@ -2,6 +2,15 @@
 
 Every tensor is [num_tokens, ...] with the batch's texts laid end to end (see
 engine/batching.py): no padding, no mask. Q, K and V are one fused projection.
+
+NOTE: two paths through the model, one result. On CPU the layers are the PyTorch ops
+below, with oneDNN's GELU and residual-add post-ops (engine/layers/linear.py); their
+results and speed are what the parity tests pin. On CUDA (or with `fused_ops=True`) the
+small ops between the matmuls run as one Triton kernel each
+(engine/kernels/fused_encoder_ops.py): the embeddings' three gathers, sums and norm; each
+linear's bias with GELU after it, or with the residual add and LayerNorm after it. A layer
+is then about 8 launches (4 matmuls, attention, GELU, 2 norms) instead of about 10, and
+the embeddings 1 instead of about 6, with one pass over each activation between matmuls.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from torch import nn
 
 from engine.batching import PackedBatch
 from engine.layers.attention import varlen_attention
-from engine.layers.linear import ACTIVATIONS, linear_act, linear_residual
+from engine.layers.linear import ACTIVATIONS, GELU_APPROXIMATE, linear_act, linear_residual, linear_unbiased
 
 # model_type -> whether position ids are offset: RoBERTa-style models number positions
 # from pad_token_id + 1, so position 0 of the text is embedding row pad_token_id + 1.
@@ -119,6 +128,14 @@ class BertEmbeddings(nn.Module):
         hidden = hidden + self.token_type_embeddings.weight[0]
         return self.norm(hidden)
 
+    def fused(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """As forward, in one kernel."""
+        from engine.kernels import fused_encoder_ops    # triton is imported only where it is used
+        return fused_encoder_ops.embedding_layer_norm(
+            input_ids, self.word_embeddings.weight, self.norm.weight, self.norm.bias, self.norm.eps,
+            positions=positions, position_table=self.position_embeddings.weight,
+            position_offset=self.position_offset, row=self.token_type_embeddings.weight[0])
+
 
 class SelfAttention(nn.Module):
     def __init__(self, config: BertConfig):
@@ -129,8 +146,11 @@ class SelfAttention(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """hidden: [num_tokens, hidden] -> hidden + attention(hidden), before the norm."""
-        attended = varlen_attention(self.qkv(hidden), batch.groups, self.num_heads, batch.cu_seqlens)
-        return linear_residual(attended, self.out, hidden)
+        return linear_residual(self.attend(hidden, batch), self.out, hidden)
+
+    def attend(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """hidden: [num_tokens, hidden] -> the heads' outputs [num_tokens, hidden], before `out`."""
+        return varlen_attention(self.qkv(hidden), batch.groups, self.num_heads, batch.cu_seqlens)
 
 
 class BertLayer(nn.Module):
@@ -152,16 +172,41 @@ class BertLayer(nn.Module):
         inner = linear_act(hidden, self.ffn_in, self.act)
         return self.ffn_norm(linear_residual(inner, self.ffn_out, hidden))
 
+    def forward_fused(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """As forward: each norm takes its linear's product, that linear's bias and the
+        residual in one kernel; GELU takes its linear's product and bias in another."""
+        from engine.kernels import fused_encoder_ops as ops
+        product, bias = linear_unbiased(self.attention.attend(hidden, batch), self.attention.out)
+        norm = self.attention_norm
+        hidden = ops.layer_norm(product, norm.weight, norm.bias, norm.eps, residual=hidden, x_bias=bias)
+        if self.act in GELU_APPROXIMATE:
+            product, bias = linear_unbiased(hidden, self.ffn_in)
+            inner = ops.bias_gelu_(product, bias, GELU_APPROXIMATE[self.act])
+        else:
+            inner = linear_act(hidden, self.ffn_in, self.act)
+        product, bias = linear_unbiased(inner, self.ffn_out)
+        norm = self.ffn_norm
+        return ops.layer_norm(product, norm.weight, norm.bias, norm.eps, residual=hidden, x_bias=bias)
+
 
 class BertModel(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
+        self.fused_ops: bool | None = None      # the Triton path; None: on CUDA only
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """A packed batch (on this model's device) -> last hidden states [num_tokens, hidden]."""
+        if self.fused_ops or (self.fused_ops is None and batch.input_ids.is_cuda):
+            return self._forward_fused(batch)
         hidden = self.embeddings(batch.input_ids, batch.positions)
         for layer in self.layers:
             hidden = layer(hidden, batch)
+        return hidden
+
+    def _forward_fused(self, batch: PackedBatch) -> torch.Tensor:
+        hidden = self.embeddings.fused(batch.input_ids, batch.positions)
+        for layer in self.layers:
+            hidden = layer.forward_fused(hidden, batch)
         return hidden
