@@ -11,6 +11,13 @@ NOTE: the local window is a band mask inside each text of the packed batch, buil
 per forward for each run of equal-length texts (engine/layers/attention.py); a text no
 longer than the band needs no mask at all. Padding still costs nothing.
 
+NOTE: on CUDA (or with `fused_ops=True`) the small ops between the matmuls run as one
+Triton kernel each, as in engine/models/bert.py: the embedding gather and its norm; q and
+k rotated in place inside the fused QKV output; GeGLU with Wi's bias; and each residual
+add, with its linear's bias, fused into the next LayerNorm, so a layer carries (the MLP's
+output not yet added, the residual stream) and the final norm adds the last one. The CPU
+path is the PyTorch ops as written below.
+
 Module names are the checkpoint's (Wqkv, Wi, Wo, ...), so weights load by name.
 """
 
@@ -24,11 +31,14 @@ from torch import nn
 from engine.batching import PackedBatch
 from engine.generate.rotary import apply_rotary
 from engine.layers.attention import SlidingWindow, cpu_kernel_runs_widened, packed_attention, sliding_window
-from engine.layers.linear import ACTIVATIONS, linear_residual
+from engine.layers.linear import ACTIVATIONS, GELU_APPROXIMATE, linear_residual, linear_unbiased
 
 DEFAULT_GLOBAL_ROPE_THETA, DEFAULT_LOCAL_ROPE_THETA = 160_000.0, 10_000.0
 CHECKPOINT_PREFIX = "model."                    # ModernBertForMaskedLM and friends
 Rope = tuple[torch.Tensor, torch.Tensor]        # cos, sin [num_tokens, 1, head_dim], float32
+# A linear's product and the bias still to add to it (None: added, or none): the fused path
+# adds it in the kernel that takes the product next (engine.layers.linear.linear_unbiased).
+Unbiased = tuple[torch.Tensor, torch.Tensor | None]
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,11 @@ class ModernBertEmbeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.norm(self.tok_embeddings(input_ids))
 
+    def fused(self, input_ids: torch.Tensor) -> torch.Tensor:
+        from engine.kernels import fused_encoder_ops    # triton is imported only where it is used
+        return fused_encoder_ops.embedding_layer_norm(input_ids, self.tok_embeddings.weight, self.norm.weight,
+                                                      self.norm.bias, self.norm.eps)
+
 
 class ModernBertAttention(nn.Module):
     def __init__(self, config: ModernBertConfig):
@@ -142,6 +157,18 @@ class ModernBertAttention(nn.Module):
         attended = packed_attention(q, k, v, batch.groups, window, cu_seqlens=batch.cu_seqlens)
         return linear_residual(attended.flatten(1), self.Wo, residual)
 
+    def forward_fused(self, normed: torch.Tensor, rope: Rope, batch: PackedBatch,
+                      window: SlidingWindow | None) -> Unbiased:
+        """attention(normed), Wo's bias not yet added; q and k rotated in place in the QKV
+        output (in fp32 inside the kernel, rounded once, as the PyTorch path rounds them)."""
+        from engine.kernels import fused_ops
+        qkv = self.Wqkv(normed)
+        heads = qkv.view(qkv.shape[0], 3 * self.num_heads, self.head_dim)     # q heads, k heads, v heads
+        fused_ops.rotary_(heads[:, :2 * self.num_heads], *rope)
+        q, k, v = heads.unflatten(1, (3, self.num_heads)).unbind(1)
+        attended = packed_attention(q, k, v, batch.groups, window, cu_seqlens=batch.cu_seqlens)
+        return linear_unbiased(attended.flatten(1), self.Wo)
+
 
 class ModernBertMLP(nn.Module):
     """GeGLU: Wo(act(x Wi_in) * x Wi_gate)."""
@@ -151,10 +178,22 @@ class ModernBertMLP(nn.Module):
         self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
         self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
         self.act = ACTIVATIONS[config.hidden_act]
+        self.hidden_act = config.hidden_act
 
     def forward(self, normed: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         inner, gate = self.Wi(normed).chunk(2, dim=-1)
         return linear_residual(self.act(inner) * gate, self.Wo, residual)
+
+    def forward_fused(self, normed: torch.Tensor) -> Unbiased:
+        """The MLP's output, Wo's bias not yet added; GeGLU in one kernel with Wi's bias."""
+        if self.hidden_act in GELU_APPROXIMATE:
+            from engine.kernels import fused_encoder_ops
+            activated = fused_encoder_ops.gelu_and_mul(*linear_unbiased(normed, self.Wi),
+                                                       GELU_APPROXIMATE[self.hidden_act])
+        else:
+            inner, gate = self.Wi(normed).chunk(2, dim=-1)
+            activated = self.act(inner) * gate
+        return linear_unbiased(activated, self.Wo)
 
 
 class ModernBertLayer(nn.Module):
@@ -175,6 +214,22 @@ class ModernBertLayer(nn.Module):
         hidden = self.attn(self.attn_norm(hidden), hidden, rope, batch, window)
         return self.mlp(self.mlp_norm(hidden), hidden)
 
+    def forward_fused(self, pending: Unbiased | None, residual: torch.Tensor, rope: Rope, batch: PackedBatch,
+                      window: SlidingWindow | None) -> tuple[Unbiased, torch.Tensor]:
+        """pending: the previous layer's MLP output, not yet added to residual (the stream so
+        far, which this adds to in place); None before the first layer, where residual is the
+        embeddings' output. Returns this layer's MLP output, pending, and the stream."""
+        from engine.kernels import fused_encoder_ops as ops
+        if pending is None:
+            normed = self.attn_norm(residual)
+        else:
+            norm = self.attn_norm
+            normed = ops.add_layer_norm_(pending[0], residual, norm.weight, norm.bias, norm.eps, x_bias=pending[1])
+        attended, bias = self.attn.forward_fused(normed, rope, batch, window)
+        norm = self.mlp_norm
+        normed = ops.add_layer_norm_(attended, residual, norm.weight, norm.bias, norm.eps, x_bias=bias)
+        return self.mlp.forward_fused(normed), residual
+
 
 class ModernBertModel(nn.Module):
     def __init__(self, config: ModernBertConfig):
@@ -184,18 +239,32 @@ class ModernBertModel(nn.Module):
         self.layers = nn.ModuleList(ModernBertLayer(config, index) for index in range(config.num_layers))
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
 
+        self.fused_ops: bool | None = None      # the Triton path; None: on CUDA only
+
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """A packed batch (on this model's device) -> last hidden states [num_tokens, hidden]."""
-        config = self.config
+        if self.fused_ops or (self.fused_ops is None and batch.input_ids.is_cuda):
+            return self._forward_fused(batch)
         hidden = self.embeddings(batch.input_ids)
+        for layer, (rope, window) in zip(self.layers, self._attention_inputs(batch, hidden)):
+            hidden = layer(hidden, rope, batch, window)
+        return self.final_norm(hidden)
+
+    def _forward_fused(self, batch: PackedBatch) -> torch.Tensor:
+        from engine.kernels import fused_encoder_ops
+        residual, pending = self.embeddings.fused(batch.input_ids), None
+        for layer, (rope, window) in zip(self.layers, self._attention_inputs(batch, residual)):
+            pending, residual = layer.forward_fused(pending, residual, rope, batch, window)
+        norm = self.final_norm
+        return fused_encoder_ops.layer_norm(pending[0], norm.weight, norm.bias, norm.eps, residual=residual,
+                                            x_bias=pending[1])
+
+    def _attention_inputs(self, batch: PackedBatch, hidden: torch.Tensor) -> list[tuple[Rope, SlidingWindow | None]]:
+        """Per layer, its rotary cos/sin and its window (None: a global layer), built once per forward."""
+        config = self.config
         global_rope = rope_cos_sin(batch.positions, config.head_dim, config.global_rope_theta)
         local_rope = rope_cos_sin(batch.positions, config.head_dim, config.local_rope_theta)
         # bf16 on CPU attends in fp32 (the kernel applies the band itself): no masks built for it.
         like = hidden.new_empty(0, dtype=torch.float32) if cpu_kernel_runs_widened(hidden) else hidden
         local_window = sliding_window(batch.groups, config.local_attention // 2, like)
-        for layer in self.layers:
-            if layer.is_global:
-                hidden = layer(hidden, global_rope, batch, None)
-            else:
-                hidden = layer(hidden, local_rope, batch, local_window)
-        return self.final_norm(hidden)
+        return [(global_rope, None) if layer.is_global else (local_rope, local_window) for layer in self.layers]
