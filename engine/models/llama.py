@@ -196,7 +196,9 @@ class LlamaForEmbedding(nn.Module):
 
     Every text is a whole prompt seen once, so there is no KV cache and no LM head: the
     layers' attention is causal within each text of the packed batch (engine/batching.py),
-    and the embedder pools the hidden states (usually the last token's).
+    and the embedder pools the hidden states (usually the last token's). On CUDA (or with
+    `fused_ops=True`) the layers take the generate decoder's fused kernels (see the NOTE at
+    the top), attention still over the packed batch.
     """
 
     def __init__(self, config: DecoderConfig):
@@ -204,10 +206,13 @@ class LlamaForEmbedding(nn.Module):
         self.config = config
         self.rotary = Rotary(config)
         self.model = LlamaModel(config)
+        self.fused_ops: bool | None = None      # the Triton layer path; None: on CUDA only
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         hidden = self.model.embed_tokens(batch.input_ids)
         rope = self.rotary.cos_sin(batch.positions, hidden.dtype)
+        if self.fused_ops or (self.fused_ops is None and hidden.is_cuda):
+            return self._forward_fused(hidden, rope, batch)
         for layer in self.model.layers:
             attention = layer.self_attn
             q, k, v = attention.project(layer.input_layernorm(hidden), rope)
@@ -215,6 +220,22 @@ class LlamaForEmbedding(nn.Module):
             hidden = hidden + attention.o_proj(attended.reshape(-1, attention.q_size))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return self.model.norm(hidden)
+
+    def _forward_fused(self, hidden: torch.Tensor, rope: Rope, batch: PackedBatch) -> torch.Tensor:
+        """As DecoderLayer.forward_fused: hidden is each layer's MLP output, added to the
+        residual stream in the next norm."""
+        residual = None
+        for layer in self.model.layers:
+            attention = layer.self_attn
+            if residual is None:
+                residual, normed = hidden, layer.input_layernorm.fused(hidden)
+            else:
+                normed = layer.input_layernorm.fused(hidden, residual)
+            q, k, v = attention.project_fused(normed, rope)
+            attended = packed_attention(q, k, v, batch.groups, is_causal=True, cu_seqlens=batch.cu_seqlens)
+            attended = attention.o_proj(attended.reshape(-1, attention.q_size))
+            hidden = layer.mlp.forward_fused(layer.post_attention_layernorm.fused(attended, residual))
+        return self.model.norm.fused(hidden, residual)
 
 
 def embedding_checkpoint_name_to_ours(name: str) -> str | None:
