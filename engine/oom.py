@@ -57,7 +57,7 @@ class OomGuard:
         self.num_ooms += 1
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        log.warning("out of memory in a step (%d so far); %s and running it again: %s", self.num_ooms, lowered_to,
+        log.warning("out of memory in a step (%d so far); %s: %s", self.num_ooms, lowered_to,
                     str(error).splitlines()[0][:200])
 
 
@@ -105,3 +105,22 @@ def _requeue(scheduler, request) -> None:
     request.num_computed_tokens = 0
     request.status = RequestStatus.PREEMPTED
     scheduler.waiting.appendleft(request)
+
+
+def in_halves(items: list, run, guard: OomGuard, device: torch.device) -> list:
+    """run(batch) -> one result per item of the batch, over `items` at once; a batch that
+    runs out of memory is run again as two halves, down to single items. An item that runs
+    out alone gets None. For the passes that take whatever they are given at once
+    (transcription's language detection and word timing); the test hook counts items."""
+    if not items:
+        return []
+    try:
+        guard.check(len(items))
+        return list(run(items))
+    except torch.OutOfMemoryError as error:
+        if len(items) == 1:
+            guard.record(error, device, "an item that does not fit alone ends with an error")
+            return [None]
+        middle = len(items) // 2
+        guard.record(error, device, f"a batch of {len(items)} split in two")
+    return in_halves(items[:middle], run, guard, device) + in_halves(items[middle:], run, guard, device)

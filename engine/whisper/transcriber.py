@@ -24,6 +24,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from engine.oom import OOM_ROW_ERROR, in_halves
 from engine.whisper.alignment import AlignmentInput, align
 from engine.whisper.audio import Audio, AudioError, load_audio
 from engine.whisper.chunk import Chunk
@@ -133,11 +134,11 @@ class Transcriber:
         return self.decoder.device.type == "cuda"
 
     def _start_file(self, jobs: dict, work: FileWork | TranscriptionOutput, params: TranscribeParams) -> None:
-        if isinstance(work, FileWork) and params.long_form == "sequential":
+        if isinstance(work, FileWork) and work.error is None and params.long_form == "sequential":
             state = SequentialState(work.audio.num_samples // HOP_LENGTH)
             if not state.is_done:
                 self._submit_window(jobs, work, state, params)
-        elif isinstance(work, FileWork):
+        elif isinstance(work, FileWork) and work.error is None:
             for chunk in make_chunks(work.speech, params.vad):
                 request = self._submit(jobs, ChunkJob(work, chunk, 0, 0), params)
                 work.first_request = work.first_request or request
@@ -149,9 +150,16 @@ class Transcriber:
             self._align_pending()
 
     def _detect(self, files: list[FileWork]) -> None:
-        """Each file's language (and its probability) before any chunk of it decodes."""
-        all_probs = detect_languages(self.decoder, [file.audio for file in files], self.decoder.scheduler.max_admit)
+        """Each file's language (and its probability) before any chunk of it decodes; a file
+        whose first 30 s do not fit through the encoder alone is an error row (engine.oom)."""
+        decoder = self.decoder
+        all_probs = in_halves([file.audio for file in files],
+                              lambda audios: detect_languages(decoder, audios, decoder.scheduler.max_admit),
+                              decoder.oom_guard, decoder.device)
         for file, probs in zip(files, all_probs):
+            if probs is None:
+                file.error = OOM_ROW_ERROR
+                continue
             file.language = max(probs, key=probs.get)
             file.language_probability = probs[file.language]
 
@@ -275,8 +283,12 @@ class Transcriber:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        timings = align(self.decoder.model, self.tokenizer, [p.inputs for p in pending])
+        timings = in_halves([p.inputs for p in pending], lambda inputs: align(self.decoder.model, self.tokenizer, inputs),
+                            self.decoder.oom_guard, self.decoder.device)
         for item, alignment in zip(pending, timings):
+            if alignment is None:            # its words cannot be timed on this device: no partial transcript
+                item.file.error = OOM_ROW_ERROR
+                continue
             place_words(alignment, item.segments, 0.0)
             raw_text, _ = item.file.chunks[item.chunk.start]
             item.file.chunks[item.chunk.start] = (raw_text, self._file_segments(item.chunk, item.segments))

@@ -6,6 +6,8 @@ its file an error row, with the other files transcribed."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -116,3 +118,36 @@ def test_a_file_whose_chunk_cannot_fit_alone_is_an_error_row_and_the_rest_decode
     assert [output.error for output in outputs] == [OOM_ROW_ERROR, outputs[1].error, OOM_ROW_ERROR]
     assert outputs[1].error != OOM_ROW_ERROR and outputs[0].text is None and outputs[2].duration_s == 70.0
     assert not decoder.has_work
+
+
+def test_language_detection_and_word_timing_split_their_batches_and_give_the_same_output(tmp_path, monkeypatch):
+    """Detection (language None) and word timing take every file or chunk at once; under the
+    hook they run in halves down to one item, and the output equals the run without it."""
+    files = noise_files((3, 40, 7))
+    params = TranscribeParams(language=None, vad=False, word_timestamps=True, temperature=[0.0])
+    expected = Transcriber(small_decoder(tmp_path, max_slots=3)).transcribe(files, params)
+    assert all(output.language_probability is not None for output in expected)
+    monkeypatch.setenv(INJECT_VARIABLE, "1")
+    decoder = small_decoder(tmp_path, max_slots=3)
+    outputs = Transcriber(decoder).transcribe(files, params)
+
+    def rounded(output):      # the encoder's batch of 1 against 3 moves a probability by ~1e-7
+        return dataclasses.replace(output, language_probability=round(output.language_probability, 5))
+    assert [rounded(o) for o in outputs] == [rounded(o) for o in expected]
+    assert all(output.error is None for output in outputs) and decoder.oom_guard.num_ooms >= 2
+
+
+def test_in_halves_splits_down_to_single_items_and_marks_those_that_do_not_fit():
+    from engine.oom import OomGuard, in_halves
+    seen = []
+
+    def run(batch):
+        seen.append(list(batch))
+        if sum(batch) > 5:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return [item * 10 for item in batch]
+
+    guard = OomGuard()
+    assert in_halves([1, 2, 3, 9, 1], run, guard, torch.device("cpu")) == [10, 20, 30, None, 10]
+    assert seen[0] == [1, 2, 3, 9, 1] and [9] in seen and guard.num_ooms == 4    # 5, 3, then 2 items, then 9 alone
+    assert in_halves([], run, guard, torch.device("cpu")) == []
