@@ -12,6 +12,8 @@ engine/quant/fp8.py): w[n, k] = q[n, k] * scale[n, k // group_size].
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -94,6 +96,18 @@ def _w8a8_group_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, out_ptr, M, N, K, num_grou
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+# On a GPU the W8A8 kernel's tile width, warps and pipeline depth are tuned per shape: a
+# decode step (16-row tiles) is a stream of weight bytes that wants many programs and deep
+# pipelines in flight; a prefill tile wants wide tiles. Tuned once per (N, K, row tile), on
+# the first call (a CUDA graph's warm-up, before capture), briefly: 8 configs at ~25 ms.
+W8A8_CONFIGS = [triton.Config({"BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
+                for block_n, warps, stages in ((32, 4, 4), (64, 4, 3), (64, 4, 4), (64, 8, 4), (128, 4, 3),
+                                               (128, 8, 3), (128, 8, 4), (256, 8, 3))]
+_w8a8_group_kernel_tuned = triton.autotune(
+    configs=W8A8_CONFIGS, key=["N", "K", "BLOCK_M"],
+    do_bench=functools.partial(triton.testing.do_bench, warmup=5, rep=20))(_w8a8_group_kernel)
+
+
 def fp8_w8a8_group_matmul(x_q: torch.Tensor, x_scale: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                           group_size: int, out_dtype: torch.dtype) -> torch.Tensor:
     """x_q float8 [M, K] with scales [M, num_groups] @ weight float8 [N, K] with row-form
@@ -103,11 +117,15 @@ def fp8_w8a8_group_matmul(x_q: torch.Tensor, x_scale: torch.Tensor, weight: torc
     x_q, x_scale, weight, scale = x_q.contiguous(), x_scale.contiguous(), weight.contiguous(), scale.contiguous()
     (num_tokens, in_features), out_features = x_q.shape, weight.shape[0]
     out = torch.empty(num_tokens, out_features, dtype=out_dtype, device=x_q.device)
-    block_m, block_n = _block_m(num_tokens), 64
-    grid = (triton.cdiv(num_tokens, block_m), triton.cdiv(out_features, block_n))
-    _w8a8_group_kernel[grid](x_q, x_scale, weight, scale, out, num_tokens, out_features, in_features,
-                             scale.shape[1], x_q.stride(0), x_scale.stride(0), weight.stride(0), scale.stride(0),
-                             out.stride(0), BLOCK_M=block_m, BLOCK_N=block_n, GROUP=group_size)
+    block_m = _block_m(num_tokens)
+    args = (x_q, x_scale, weight, scale, out, num_tokens, out_features, in_features, scale.shape[1],
+            x_q.stride(0), x_scale.stride(0), weight.stride(0), scale.stride(0), out.stride(0))
+    if x_q.device.type == "cuda":
+        grid = lambda meta: (triton.cdiv(num_tokens, block_m), triton.cdiv(out_features, meta["BLOCK_N"]))  # noqa: E731
+        _w8a8_group_kernel_tuned[grid](*args, BLOCK_M=block_m, GROUP=group_size)
+    else:   # the interpreter: one fixed tile (tuning would time the interpreter)
+        grid = (triton.cdiv(num_tokens, block_m), triton.cdiv(out_features, 64))
+        _w8a8_group_kernel[grid](*args, BLOCK_M=block_m, BLOCK_N=64, GROUP=group_size)
     return out
 
 
