@@ -66,6 +66,8 @@ def cache_namespace(spec: JobSpec, revision: str) -> str:
                 "params": spec.params, "quantization": spec.quantization}
     if spec.dtype is not None:      # absent otherwise, so the namespaces of earlier jobs stay as they were
         identity["dtype"] = spec.dtype
+    if spec.kv_cache_dtype is not None:     # likewise: an fp8 KV cache gives other logprobs, other tokens
+        identity["kv_cache_dtype"] = spec.kv_cache_dtype
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="run the model's linear layers with FP8 weights")
     submit.add_argument("--quant-check-rows", type=int, default=0, metavar="N",
                         help="with --quantization: compare FP8 with the unquantized model on shard 0's first N rows")
+    submit.add_argument("--kv-cache-dtype", choices=["auto", "fp8"],
+                        help="generate: fp8 caches K/V in E4M3, about twice the sequences at once (GPU: capability 8.9+)")
     submit.add_argument("--allow-duplicate-ids", action="store_true",
                         help="run the job even if its id column repeats ids (refused by default)")
     submit.add_argument("--dry-run", action="store_true",
@@ -197,7 +199,8 @@ def submitted_spec(args) -> JobSpec:
                    if_exists=args.if_exists, max_rows_per_shard=args.max_rows_per_shard, priority=args.priority,
                    webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after,
                    incremental=args.incremental, quantization=args.quantization,
-                   quant_check_rows=args.quant_check_rows, allow_duplicate_ids=args.allow_duplicate_ids)
+                   quant_check_rows=args.quant_check_rows, kv_cache_dtype=args.kv_cache_dtype,
+                   allow_duplicate_ids=args.allow_duplicate_ids)
 
 
 def _status(args) -> int:

@@ -23,6 +23,8 @@ IF_EXISTS = ("error", "replace")
 QUANTIZATIONS = (None, "fp8", "fp8-block", "fp8-group")
 # engine.engine.DTYPES; None: the engine's default (float32 on CPU, 16-bit on a GPU)
 DTYPES = (None, "float32", "bfloat16", "float16")
+# engine.generate.options.KV_CACHE_DTYPES; None and "auto" alike: the model's dtype
+KV_CACHE_DTYPES = (None, "auto", "fp8")
 
 # mode -> parameter name -> (accepted types, description for errors)
 MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
@@ -138,6 +140,10 @@ class JobSpec:
     """Embed only: None (the worker's default: float32 on CPU, the model's 16-bit type on a
     GPU), "float32", "bfloat16" (on CPU, oneDNN's AMX kernels: a worker whose CPU lacks them
     fails the shard saying so) or "float16"."""
+    kv_cache_dtype: str | None = None
+    """Generate only: None or "auto" (K/V cached in the model's dtype) or "fp8" (E4M3 with a
+    scale per token and kv head: about twice the sequences in the same memory, on a GPU of
+    compute capability 8.9 or later; engine/generate/kv_cache.py). "auto" is stored as None."""
     quant_check_rows: int = 0
     """With quantization: the first this many rows of shard 0 also run through the model
     unquantized, and the comparison is stored with the job (`barge report`, manifest)."""
@@ -154,6 +160,8 @@ class JobSpec:
             object.__setattr__(self, "webhook_events", tuple(self.webhook_events))
         object.__setattr__(self, "params", dict(self.params))
         object.__setattr__(self, "metadata", dict(self.metadata))
+        if self.kv_cache_dtype == "auto":     # one spelling of the default: engine keys and cache namespaces
+            object.__setattr__(self, "kv_cache_dtype", None)
         self._validate()
 
     def _validate(self) -> None:
@@ -200,6 +208,7 @@ class JobSpec:
             raise JobSpecError("priority", f"must be an integer from 0 (lowest) to 9 (highest), got {self.priority!r}")
         self._validate_quantization()
         self._validate_dtype()
+        self._validate_kv_cache_dtype()
         self._validate_params()
         self._validate_webhook_events()
         if self.expires_after_s is not None and (
@@ -225,6 +234,13 @@ class JobSpec:
             raise JobSpecError("dtype", f"applies to embed jobs only, not mode {self.mode!r}")
         if self.dtype is not None and self.quantization is not None:
             raise JobSpecError("dtype", "give dtype or quantization, not both")
+
+    def _validate_kv_cache_dtype(self) -> None:
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            expected = ", ".join(repr(d) for d in KV_CACHE_DTYPES if d) + " or null"
+            raise JobSpecError("kv_cache_dtype", f"{self.kv_cache_dtype!r} is not one of {expected}")
+        if self.kv_cache_dtype is not None and self.mode != "generate":
+            raise JobSpecError("kv_cache_dtype", f"applies to generate jobs only, not mode {self.mode!r}")
 
     def _validate_webhook_events(self) -> None:
         if not isinstance(self.webhook_events, tuple):

@@ -23,11 +23,12 @@ from queueing.worker import ShardWork
 
 
 class GenerateFeed:
-    def __init__(self, engine, model_key: str, quantization: str | None = None):
+    def __init__(self, engine, model_key: str, quantization: str | None = None, kv_cache_dtype: str | None = None):
         self.engine = engine            # engine.Engine, mode "generate"
         self.llm = engine.llm
         self.model_key = model_key
         self.quantization = quantization   # an FP8 job's rows never join a 16-bit engine's batch
+        self.kv_cache_dtype = kv_cache_dtype    # nor an fp8-KV job's rows a 16-bit cache's, or the reverse
         self._requests: dict[int, tuple[ShardWork, int, Request]] = {}   # request id -> (shard, todo index, request)
 
     @property
@@ -43,7 +44,7 @@ class GenerateFeed:
     def serves(self, work: ShardWork) -> bool:
         spec = work.job.spec
         return (spec.mode == "generate" and work.job.model_key == self.model_key
-                and spec.quantization == self.quantization)
+                and spec.quantization == self.quantization and spec.kv_cache_dtype == self.kv_cache_dtype)
 
     def add(self, work: ShardWork, rows: list[int], first_index: int) -> None:
         """Queue `rows` (positions in the shard) as requests; todo index of rows[0] is

@@ -161,7 +161,8 @@ class ShardPipeline:
             return None
         if self._feed is None or not self._feed.serves(work):
             engine = engine_of(self.runtime, work.job)
-            self._feed = GenerateFeed(engine, work.job.model_key, work.job.spec.quantization)
+            self._feed = GenerateFeed(engine, work.job.model_key, work.job.spec.quantization,
+                                      work.job.spec.kv_cache_dtype)
         return self._feed
 
     def _take_for_feed(self, feed: GenerateFeed) -> list[tuple[ShardWork, list[int], int]]:

@@ -49,7 +49,7 @@ def run_quant_check(runtime: Runtime, job: JobRecord, inputs: list) -> dict:
 def _compare(runtime: Runtime, job: JobRecord, rows: list) -> dict:
     from engine.quant.compare import compare   # torch: only in model-serving processes
     spec = job.spec
-    fp8 = runtime.engine_for(job.model_key, spec.mode, spec.quantization)
+    fp8 = runtime.engine_for(job.model_key, spec.mode, spec.quantization, kv_cache_dtype=spec.kv_cache_dtype)
     baseline = runtime.engines.get((job.model_key, spec.mode, None))
     is_loaded_for_check = baseline is None
     if is_loaded_for_check:

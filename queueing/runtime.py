@@ -24,7 +24,8 @@ from queueing.usage import engine_settings
 
 log = logging.getLogger("barge.worker")
 
-# (model key, mode, quantization), and the dtype after them where a job names one: one loaded engine each
+# (model key, mode, quantization), and after them the dtype (embed) or the KV cache dtype (generate) where a
+# job names one: one loaded engine each
 EngineKey = tuple[str, ...]
 
 
@@ -85,15 +86,17 @@ class Runtime:
     device: DeviceSlot | None = None       # the slot this process serves (queueing.devices); None: engine default
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def engine_for(self, model_key: str, mode: str, quantization: str | None = None, dtype: str | None = None):
+    def engine_for(self, model_key: str, mode: str, quantization: str | None = None, dtype: str | None = None,
+                   kv_cache_dtype: str | None = None):
         """The engine for a model this worker serves, loaded once and kept. An FP8 engine
         and the model's 16-bit one are separate engines, each kept once loaded; so is an
-        engine of a dtype a job names (JobSpec.dtype), keyed with it."""
-        key = (model_key, mode, quantization) if dtype is None else (model_key, mode, quantization, dtype)
+        engine of a dtype or a KV cache dtype a job names (JobSpec.dtype, .kv_cache_dtype),
+        keyed with it."""
+        key = (model_key, mode, quantization, *(named for named in (dtype, kv_cache_dtype) if named is not None))
         with self._lock:
             engine = self.engines.get(key)
             if engine is None:
-                engine = self._load_engine(model_key, mode, quantization, dtype)
+                engine = self._load_engine(model_key, mode, quantization, dtype, kv_cache_dtype)
                 self.metrics.observe_engine(engine, model_key, mode)
                 self.engines[key] = engine
             return engine
@@ -122,7 +125,8 @@ class Runtime:
         with self._lock:
             return self._load_engine(model_key, mode, quantization)
 
-    def _load_engine(self, model_key: str, mode: str, quantization: str | None, dtype: str | None = None):
+    def _load_engine(self, model_key: str, mode: str, quantization: str | None, dtype: str | None = None,
+                     kv_cache_dtype: str | None = None):
         ref = self.models.get(model_key)
         if ref is None:
             raise LookupError(f"this worker does not serve model {model_key!r}")
@@ -136,6 +140,8 @@ class Runtime:
             options["device"] = self.device.torch_device
         if dtype is not None:
             options["dtype"] = dtype
+        if kv_cache_dtype is not None:
+            options["kv_cache_dtype"] = kv_cache_dtype
         engine = Engine.from_pretrained(ref.path, mode=mode, quantization=quantization, **options)
         if self.device is not None:
             engine.device_id = self.device.label
@@ -151,11 +157,11 @@ class Runtime:
         return {}
 
     def engine_settings(self, model_key: str, mode: str, quantization: str | None = None,
-                        dtype: str | None = None) -> dict:
+                        dtype: str | None = None, kv_cache_dtype: str | None = None) -> dict:
         """The settings of the engine serving this key, as recorded with each commit: read
         afresh each time, since an engine lowers its batch budget after an out-of-memory
         error (engine.oom) and the shards it commits after that record the lower one."""
-        return engine_settings(self.engine_for(model_key, mode, quantization, dtype), model_key)
+        return engine_settings(self.engine_for(model_key, mode, quantization, dtype, kv_cache_dtype), model_key)
 
     def send(self, task_name: str, args: list, queue: str, *, priority: int | None = None,
              countdown: float | None = None) -> None:

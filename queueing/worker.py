@@ -206,8 +206,9 @@ def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> No
 
 
 def engine_of(runtime: Runtime, job: JobRecord):
-    """The engine a job's rows run through: its model, mode, quantization and dtype."""
-    return runtime.engine_for(job.model_key, job.spec.mode, job.spec.quantization, job.spec.dtype)
+    """The engine a job's rows run through: its model, mode, quantization, dtype and KV cache dtype."""
+    return runtime.engine_for(job.model_key, job.spec.mode, job.spec.quantization, job.spec.dtype,
+                              job.spec.kv_cache_dtype)
 
 
 def end_shard(runtime: Runtime, work: ShardWork) -> ShardOutcome:
@@ -280,7 +281,7 @@ def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClai
     outputs = written.outputs
     usage = shard_usage(job.model_key, job.spec.mode, outputs,
                         runtime.engine_settings(job.model_key, job.spec.mode, job.spec.quantization,
-                                                job.spec.dtype))
+                                                job.spec.dtype, job.spec.kv_cache_dtype))
     rows_failed = usage.rows_failed
 
     def commit() -> tuple[bool, bool]:

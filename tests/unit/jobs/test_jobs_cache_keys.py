@@ -24,6 +24,9 @@ def test_namespace_changes_with_model_revision_mode_and_params_only():
     assert cache_namespace(spec(mode="generate", model="smollm2"), "rev1") != base
     assert cache_namespace(spec(quantization="fp8"), "rev1") != base
     assert cache_namespace(spec(quantization="fp8-block"), "rev1") != cache_namespace(spec(quantization="fp8"), "rev1")
+    generate = cache_namespace(spec(mode="generate", model="smollm2"), "rev1")
+    assert cache_namespace(spec(mode="generate", model="smollm2", kv_cache_dtype="fp8"), "rev1") != generate
+    assert cache_namespace(spec(mode="generate", model="smollm2", kv_cache_dtype="auto"), "rev1") == generate
     # the check is a side measurement: results with and without it are the same results
     assert cache_namespace(spec(quantization="fp8", quant_check_rows=8), "rev1") == cache_namespace(
         spec(quantization="fp8"), "rev1")

@@ -26,3 +26,11 @@ def test_an_unknown_quantization_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         _parser().parse_args(REQUIRED + ["--quantization", "int8"])
     assert "invalid choice: 'int8'" in capsys.readouterr().err
+
+
+def test_the_kv_cache_dtype_maps_to_the_spec_and_is_refused_off_generate():
+    spec = submitted_spec(_parser().parse_args(REQUIRED + ["--mode", "generate", "--kv-cache-dtype", "fp8"]))
+    assert (spec.mode, spec.kv_cache_dtype) == ("generate", "fp8")
+    with pytest.raises(JobSpecError) as refused:
+        submitted_spec(_parser().parse_args(REQUIRED + ["--kv-cache-dtype", "fp8"]))
+    assert refused.value.field == "kv_cache_dtype"

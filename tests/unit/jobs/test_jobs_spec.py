@@ -88,6 +88,10 @@ def test_a_minimal_spec_gets_the_defaults():
     (dict(quantization="fp8", quant_check_rows=-1), "quant_check_rows", "non-negative integer"),
     (dict(quantization="fp8", quant_check_rows=True), "quant_check_rows", "non-negative integer"),
     (dict(quantization="fp8", quant_check_rows="64"), "quant_check_rows", "non-negative integer"),
+    # the FP8 KV cache: generate only
+    (dict(mode="generate", kv_cache_dtype="int8"), "kv_cache_dtype", "'int8' is not one of 'auto', 'fp8' or null"),
+    (dict(mode="generate", kv_cache_dtype="FP8"), "kv_cache_dtype", "is not one of"),
+    (dict(kv_cache_dtype="fp8"), "kv_cache_dtype", "applies to generate jobs only, not mode 'embed'"),
 ])
 def test_a_bad_spec_is_refused_naming_the_field(changes, field, words):
     with pytest.raises(JobSpecError) as caught:
@@ -189,3 +193,9 @@ def test_from_dict_validates():
     with pytest.raises(JobSpecError) as caught:
         JobSpec.from_dict({**VALID, "mode": "summarize"})
     assert caught.value.field == "mode"
+
+
+def test_the_kv_cache_dtype_of_a_generate_job_and_its_default_spelled_once():
+    assert spec(mode="generate", kv_cache_dtype="fp8").kv_cache_dtype == "fp8"
+    assert spec(mode="generate", kv_cache_dtype="auto").kv_cache_dtype is None     # as if not named
+    assert spec(mode="generate").kv_cache_dtype is None
