@@ -10,7 +10,9 @@ in fp16 on both sides: tokens/s of Barge and of sentence-transformers at its bes
 share of the bf16 compute bound (the linear layers' 2 * params FLOPs per token plus
 attention's 4 * n² * hidden per text and layer, over a large bf16 matmul's rate measured
 in the same run; 790 TFLOP/s on the first H200), and the min cosine against
-sentence-transformers.
+sentence-transformers. Then Barge's own forward on one packed batch through its fused path
+(engine/kernels/fused_encoder_ops.py, the GPU's default) beside its PyTorch path: kernel
+launches per forward (torch.profiler) and milliseconds.
 
     python bench/gpu/embed.py             # on a GPU: 20,000 sentences (bench/gpu_check.py caps it at 60 s)
     python bench/gpu/embed.py --cpu       # here: 200 sentences, a 2-layer BERT-base, fp32
@@ -21,6 +23,7 @@ NOTE: the --cpu run exercises the script, not either device's speed. Nothing is 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -37,8 +40,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")     # before triton's first import: --cpu's fused path
+
 from bench.embed_bench import build_corpus  # noqa: E402
 from engine import Engine  # noqa: E402
+from engine.batching import pack, plan_batches  # noqa: E402
 
 MINILM_SHAPE = {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536}
 BERT_BASE_SHAPE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
@@ -156,6 +163,50 @@ def best_batch(reference, texts: list[str], batch_sizes: list[int], device: str)
     return max(rates, key=rates.get)
 
 
+def count_launches(function, device: str) -> int | None:
+    """CUDA kernels one call launches, by torch.profiler; None on CPU (no kernels to count)."""
+    if device != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        function()
+        synchronize(device)
+    return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def median_seconds(function, device: str, repeats: int) -> float:
+    if device == "cuda":
+        function()              # warm-up: kernels compiled (the interpreter compiles nothing)
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        function()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+@torch.inference_mode()
+def fused_against_pytorch(label: str, engine, texts: list[str], device: str) -> None:
+    """The model's forward on one packed batch (the engine's batch budget, of the texts
+    given) through the fused path and through the PyTorch path, the same weights."""
+    embedder = engine._embedder
+    token_ids = embedder.tokenizer.encode_batch(texts)
+    batch = pack(token_ids, plan_batches([len(ids) for ids in token_ids], embedder.max_batch_tokens)[0]).to(device)
+    model, figures = embedder.model, {}
+    for fused in (False, True):
+        model.fused_ops = fused
+        forward = functools.partial(model, batch)
+        figures[fused] = median_seconds(forward, device, 5 if device == "cuda" else 1), count_launches(forward, device)
+    model.fused_ops = None      # the device's default again
+    (plain_s, plain_launches), (fused_s, fused_launches) = figures[False], figures[True]
+    launches = "n/a on CPU" if plain_launches is None else f"{plain_launches} -> {fused_launches}"
+    print(f"RESULT embed {label} forward, PyTorch path -> fused path: launches {launches}, "
+          f"{1e3 * plain_s:.2f} ms -> {1e3 * fused_s:.2f} ms ({plain_s / fused_s:.2f}x); one batch of "
+          f"{len(batch.rows)} texts, {batch.num_tokens} tokens")
+
+
 def compare(label: str, folder: str, texts: list[str], args, bound_tflops: float) -> None:
     from sentence_transformers import SentenceTransformer
 
@@ -168,6 +219,8 @@ def compare(label: str, folder: str, texts: list[str], args, bound_tflops: float
     start = time.perf_counter()
     ours = engine.embed(texts)
     barge_s = time.perf_counter() - start
+    # On CPU the fused kernels run in Triton's interpreter: a few texts only.
+    fused_against_pytorch(label, engine, texts[:4000] if args.device == "cuda" else texts[:3], args.device)
     del engine
     reference = SentenceTransformer(folder, device=args.device)
     if args.device == "cuda":
