@@ -99,11 +99,11 @@ def test_add_layer_norm_folds_the_linear_bias_into_the_stored_sum(ops, dtype):
     x, residual, x_bias = randn(3, 384, dtype=dtype, seed=10), randn(3, 384, dtype=dtype, seed=11), randn(384, seed=12)
     x_bias = x_bias.to(dtype)
     weight, bias = norm_params(384, dtype, seed=13)
-    exact_sum = x.float() + x_bias.float() + residual.float()
+    exact_sum, summed = x.float() + x_bias.float() + residual.float(), (x + x_bias) + residual
     out = ops.add_layer_norm_(x, residual, weight, bias, 1e-5, x_bias=x_bias)
-    assert_within_rounding(residual, exact_sum, (x + x_bias) + residual.clone())
+    assert_within_rounding(residual, exact_sum, summed)
     expected = F.layer_norm(exact_sum, (384,), weight.float(), bias.float(), eps=1e-5)
-    assert_within_rounding(out, expected, F.layer_norm(residual, (384,), weight, bias, eps=1e-5))
+    assert_within_rounding(out, expected, F.layer_norm(summed, (384,), weight, bias, eps=1e-5))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
