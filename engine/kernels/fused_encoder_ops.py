@@ -1,12 +1,13 @@
 """The encoder layers' small ops fused into one Triton kernel each, for CUDA (tested on CPU
 with TRITON_INTERPRET=1 against the PyTorch ops they replace, which stay the CPU path):
 
-    layer_norm             LayerNorm(x + x_bias + residual)            1 kernel, was 3 (BERT's post-norm)
+    kernel                 computes                                    launches besides the matmuls
+    layer_norm             LayerNorm(x + x_bias + residual)            2 -> 1 (BERT's post-norm)
     add_layer_norm_        residual += x + x_bias in place, then
-                           LayerNorm(residual)                         1 kernel, was 2-3 (ModernBERT's pre-norm)
-    embedding_layer_norm   LayerNorm(word[id] + position[pos] + row)   1 kernel, was 6 (BERT's embeddings)
-    bias_gelu_             x = gelu(x + bias) in place                 1 kernel; the matmul drops its bias
-    gelu_and_mul           [inner | gate] (+ bias) -> gelu(inner) * gate  1 kernel, was 2 + a split
+                           LayerNorm(residual)                         2 -> 1 (ModernBERT's pre-norm)
+    embedding_layer_norm   LayerNorm(word[id] + position[pos] + row)   6 -> 1 (BERT's embeddings; 2 ModernBERT's)
+    bias_gelu_             x = gelu(x + bias) in place                 1 -> 1 (the bias leaves the matmul)
+    gelu_and_mul           [inner | gate] (+ bias) -> gelu(inner) * gate  2 -> 1 (ModernBERT's GeGLU)
 
 x_bias is a linear layer's bias taken out of its matmul (engine.layers.linear.linear_unbiased),
 so the product, its bias, the residual and the norm cost one read and one write of each
