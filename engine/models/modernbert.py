@@ -218,7 +218,7 @@ class ModernBertLayer(nn.Module):
                       window: SlidingWindow | None) -> tuple[Unbiased, torch.Tensor]:
         """pending: the previous layer's MLP output, not yet added to residual (the stream so
         far, which this adds to in place); None before the first layer, where residual is the
-        embeddings' output. Returns this layer's MLP output, pending, and the stream."""
+        embeddings' output. Returns this layer's MLP output (pending for the next) and the stream."""
         from engine.kernels import fused_encoder_ops as ops
         if pending is None:
             normed = self.attn_norm(residual)
@@ -238,7 +238,6 @@ class ModernBertModel(nn.Module):
         self.embeddings = ModernBertEmbeddings(config)
         self.layers = nn.ModuleList(ModernBertLayer(config, index) for index in range(config.num_layers))
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
-
         self.fused_ops: bool | None = None      # the Triton path; None: on CUDA only
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
