@@ -6,6 +6,9 @@ fp32 within 1e-5 of the fp32 reference, fp16 and bf16 within the PyTorch op's ow
 that dtype plus one rounding of it."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -175,3 +178,42 @@ def test_the_ops_refuse_what_they_cannot_run(ops):
     with pytest.raises(ValueError, match="come together"):
         ops.embedding_layer_norm(torch.tensor([0], device=DEVICE), randn(3, 8), randn(8), None, 1e-5,
                                  positions=torch.tensor([0], device=DEVICE))
+
+
+# Each kernel compiled to an sm_90 cubin (Triton's own ptxas) in fp16, bf16 and fp32, its
+# flags all on and all off: what only a GPU run would otherwise show. Integer arguments
+# are i32, eps fp32, token ids and positions int64, every other pointer the dtype's.
+COMPILE_FOR_SM90 = """
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from engine.kernels import fused_encoder_ops as ops
+
+def argument_type(name, dtype):
+    if name in ("ids_ptr", "positions_ptr"):
+        return "*i64"
+    return f"*{dtype}" if name.endswith("_ptr") else "fp32" if name == "eps" else "i32"
+
+for kernel in (ops._layer_norm_kernel, ops._embedding_layer_norm_kernel, ops._bias_gelu_kernel,
+               ops._gelu_and_mul_kernel):
+    for dtype in ("fp16", "bf16", "fp32"):
+        for flag in (True, False):
+            signature = {p.name: "constexpr" if p.is_constexpr else argument_type(p.name, dtype) for p in kernel.params}
+            constexprs = {p.name: 512 if p.name == "BLOCK" else flag for p in kernel.params if p.is_constexpr}
+            compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                                      target=GPUTarget("cuda", 90, 32))
+            assert compiled.asm["cubin"], (kernel, dtype, flag)
+print("compiled")
+"""
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the tests above compile and run them")
+def test_the_kernels_compile_for_an_h100_without_one(tmp_path):
+    pytest.importorskip("triton.backends.nvidia")
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
+                            timeout=300, cwd=Path(__file__).resolve().parents[3])
+    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-4000:]
+
