@@ -16,7 +16,8 @@ element between two matmuls.
 NOTE: each kernel reads its inputs in their dtype (fp32, fp16 or bf16), computes in fp32 and
 rounds where the PyTorch ops it replaces round: the summed inputs of a norm to the
 activation dtype before they are normalised (as PyTorch's adds leave them), the output
-once (PyTorch's LayerNorm computes in fp32 too), gelu(inner) before the product. Results
+once (PyTorch's LayerNorm computes in fp32 too), a linear's biased output before GELU,
+gelu(inner) before the product. Results
 stay within the dtype's rounding of the reference, and equal it in fp32 up to the order
 of the sums. One program handles one row for the norms (a token: hundreds to a few
 thousand columns); the elementwise GELUs run a block of a row each, no index divided. None
@@ -102,6 +103,7 @@ def _bias_gelu_kernel(x_ptr, bias_ptr, num_cols, stride_x, HAS_BIAS: tl.constexp
     x = tl.load(x_ptr + row * stride_x + col, mask=mask, other=0.0).to(tl.float32)
     if HAS_BIAS:
         x += tl.load(bias_ptr + col, mask=mask, other=0.0).to(tl.float32)
+        x = x.to(x_ptr.dtype.element_ty).to(tl.float32)     # the biased output PyTorch's linear gives GELU
     tl.store(x_ptr + row * stride_x + col, _gelu(x, APPROXIMATE_TANH).to(x_ptr.dtype.element_ty), mask=mask)
 
 
