@@ -26,6 +26,8 @@ def add_quant_commands(commands) -> None:
     evaluate.add_argument("--perplexity-text", metavar="PATH", action="append",
                           help="score this file; repeat for several (default: held-out licences and docs "
                                "on this machine, engine.quant.evaluate.HELD_OUT_TEXTS)")
+    evaluate.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"],
+                          help="fp8: also score perplexity with an E4M3 KV cache, under both weights (generate)")
     evaluate.set_defaults(func=_eval_quant)
 
 
@@ -46,7 +48,8 @@ def _eval_quant(args) -> int:
     try:
         texts = {Path(path).name: Path(path).read_text(encoding="utf-8") for path in args.perplexity_text or ()}
         result = evaluate(args.model, args.scheme, mode=args.mode, dtype=args.dtype, num_samples=args.samples,
-                          num_tokens=args.num_tokens, perplexity_texts=texts or None)
+                          num_tokens=args.num_tokens, perplexity_texts=texts or None,
+                          kv_cache_dtype=args.kv_cache_dtype)
     except (ValueError, OSError) as exc:
         print(f"barge: {exc}", file=sys.stderr)
         return 2
