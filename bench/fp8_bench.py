@@ -12,6 +12,11 @@ everywhere; CPU speeds say nothing about GPUs. On a GPU the varlen attention ker
 timed on texts of mixed lengths beside SDPA per equal-length run (its fallback) and SDPA over
 the padded batch (what padding costs).
 
+The FP8 KV cache (kv_cache_dtype="fp8", engine/generate/kv_cache.py) is compared on the
+bf16 model, built once: the blocks that fit beside its weights in the same memory with
+either cache, and decode tokens/s at the larger batch with the fp8 cache beside the bf16
+cache's figure from the same run (the weights' comparison above).
+
     python bench/fp8_bench.py                      # GPU: the 8B shape; CPU: tiny
     python bench/fp8_bench.py --schemes fp8 --max-tokens 256
 """
@@ -32,6 +37,7 @@ if not torch.cuda.is_available():
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repo root, for tests.support
 
 from engine.generate import GenerateOptions, LLMEngine, SamplingParams  # noqa: E402
+from engine.generate.kv_cache import FP8_KV_DTYPE, available_memory, bytes_per_block  # noqa: E402
 from engine.generate.model_config import DecoderConfig  # noqa: E402
 from engine.generate.model_loader import build_model  # noqa: E402
 from engine.generate.tokenizer import TextTokenizer  # noqa: E402
@@ -76,22 +82,43 @@ def random_state(config: DecoderConfig, device: torch.device, dtype: torch.dtype
     return state
 
 
-def decode_speeds(config, quantization, tokenizer, device, dtype, batches, max_tokens) -> tuple[list[float], float]:
-    """(tokens/s at each batch, the FP8 layers' stored bytes over bf16's) for one model, built once."""
+def decode_speeds(config, quantization, tokenizer, device, dtype, batches, max_tokens,
+                  fp8_kv_batch: int | None = None) -> tuple[list[float], float, list[str]]:
+    """(tokens/s at each batch, the FP8 layers' stored bytes over bf16's, and with
+    fp8_kv_batch the KV-cache lines: capacity, and tokens/s at that batch with an fp8 cache)
+    for one model, built once."""
     state, fp8 = load_fp8_state(random_state(config, device, dtype), None, quantization)
     model = build_model(config, state, dtype, device, fp8)
     del state
     stored, bf16 = fp8_weight_bytes(model)
     speeds = [decode_tokens_per_second(model, config, tokenizer, device, dtype, batch, max_tokens) for batch in batches]
+    kv_lines = []
+    if fp8_kv_batch is not None:
+        kv_lines.append(kv_capacity_line(config, device))
+        fp8_kv = decode_tokens_per_second(model, config, tokenizer, device, dtype, fp8_kv_batch, max_tokens, "fp8")
+        peer = speeds[batches.index(fp8_kv_batch)]
+        kv_lines.append(f"batch {fp8_kv_batch:3}: bf16 KV cache {peer:9.1f} tok/s   fp8 KV cache {fp8_kv:9.1f} tok/s   "
+                        f"ratio {fp8_kv / peer:.2f}x   (bf16 weights, 32-token prompts)")
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return speeds, (stored / bf16 if bf16 else 1.0)
+    return speeds, (stored / bf16 if bf16 else 1.0), kv_lines
 
 
-def decode_tokens_per_second(model, config, tokenizer, device, dtype, batch, max_tokens) -> float:
+def kv_capacity_line(config: DecoderConfig, device: torch.device, block_size: int = 16) -> str:
+    """Blocks of either cache in 90 % of the memory free beside the loaded model."""
+    budget = int(available_memory(device) * 0.9)
+    bf16, fp8 = (budget // bytes_per_block(config, block_size, dtype) for dtype in (torch.bfloat16, FP8_KV_DTYPE))
+    return (f"KV cache in {budget / 2**30:.1f} GiB: bf16 {bf16} blocks, fp8 {fp8} blocks of {block_size} tokens "
+            f"(ratio {fp8 / bf16:.2f}x; {fp8 * block_size // 4096} against {bf16 * block_size // 4096} "
+            f"sequences of 4,096 tokens)")
+
+
+def decode_tokens_per_second(model, config, tokenizer, device, dtype, batch, max_tokens,
+                             kv_cache_dtype: str = "auto") -> float:
     engine = LLMEngine(model, config, tokenizer, GenerateOptions(max_num_seqs=batch, num_blocks=batch * 24 + 8,
-                                                                 block_size=16, max_num_batched_tokens=4096),
+                                                                 block_size=16, max_num_batched_tokens=4096,
+                                                                 kv_cache_dtype=kv_cache_dtype),
                        dtype, device)
     prompts = [[(7 * row + 3 * i) % 500 + 3 for i in range(32)] for row in range(batch)]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
@@ -183,12 +210,14 @@ def main() -> None:
     print(f"device {torch.cuda.get_device_name() if on_gpu else 'cpu'}, FP8 backend {fp8_backend(device)!r}, "
           f"{config.num_layers} layers x hidden {config.hidden_size}, {max_tokens} tokens per request")
     print(f"recipe: {describe_recipe(fp8_config_from_name(args.schemes[0]))}")
-    bf16, _ = decode_speeds(config, None, tokenizer, device, torch.bfloat16, batches, max_tokens)
+    bf16, _, kv_lines = decode_speeds(config, None, tokenizer, device, torch.bfloat16, batches, max_tokens,
+                                      fp8_kv_batch=batches[-1])
     for scheme in args.schemes:
-        speeds, ratio = decode_speeds(config, scheme, tokenizer, device, torch.bfloat16, batches, max_tokens)
+        speeds, ratio, _ = decode_speeds(config, scheme, tokenizer, device, torch.bfloat16, batches, max_tokens)
         for batch, fp8, peer in zip(batches, speeds, bf16):
             print(f"batch {batch:3}: bf16 {peer:9.1f} tok/s   {scheme:9} {fp8:9.1f} tok/s   "
                   f"ratio {fp8 / peer:.2f}x   FP8 layer weights {ratio:.1%} of bf16")
+    print("\n".join(kv_lines))
     shapes = [(1, 4096, 4096), (64, 14336, 4096), (64, 4096, 14336)] if on_gpu else [(3, 96, 256), (17, 130, 200)]
     print("Triton kernels against their PyTorch references" + ("" if on_gpu else " (TRITON_INTERPRET=1)"))
     print("\n".join(kernel_errors(device, shapes)))
