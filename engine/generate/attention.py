@@ -149,7 +149,8 @@ def _gather_blocks(cache: torch.Tensor, block_ids: torch.Tensor, scales: torch.T
         rows = torch.index_select(cache.view(num_kv_heads, num_blocks, block_size * head_dim), 1,
                                   block_ids.reshape(-1))
         return rows.view(num_kv_heads, *block_ids.shape[:-1], block_ids.shape[-1] * block_size, head_dim)
-    raw = cache.view(torch.uint8).view(num_kv_heads, num_blocks, block_size * head_dim)  # no index_select for fp8 on CPU
+    # as bytes: PyTorch has no index_select for fp8 on CPU
+    raw = cache.view(torch.uint8).view(num_kv_heads, num_blocks, block_size * head_dim)
     rows = torch.index_select(raw, 1, block_ids.reshape(-1)).view(cache.dtype)
     row_scales = torch.index_select(scales, 1, block_ids.reshape(-1))
     shape = (num_kv_heads, *block_ids.shape[:-1], block_ids.shape[-1] * block_size)
