@@ -11,7 +11,10 @@ own row's precision. A slot is written once and read many times, so the scale is
 
 At head_dim 128 a token-head takes 128 + 4 bytes against bf16's 256 (1.94x the blocks in
 the same memory), at head_dim 64 68 against 128 (1.88x). Both tensors have static shapes
-and the store is plain tensor ops, so a CUDA graph holds writes and reads alike.
+and the store needs no host value (on CUDA one Triton launch, engine/kernels/kv_store.py;
+tensor ops elsewhere), so a CUDA graph holds writes and reads alike. Measured on SmolLM2
+(`barge eval-quant --kv-cache-dtype fp8`): +0.3 to +1.2 % perplexity on six held-out texts,
+almost all of it from K (V alone: +0.1 %).
 """
 
 from __future__ import annotations
