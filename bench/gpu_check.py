@@ -11,8 +11,9 @@ run. The GPU machine has no network: `bash bench/gpu_prepare.sh` here fills gpu_
 
 Sections (issue; cap in seconds on a GPU):
   env       the GPU, driver and versions
-  kernels   the Triton kernel tests on CUDA tensors (on CPU they run under the interpreter in
-            the test suite, so --cpu skips them)                                     (21, 22, 23)
+  kernels   the engine tests with CUDA cases (sync-free decode step, graphs, Whisper's graphed
+            step, fused ops), then the Triton kernel tests on CUDA tensors (on CPU they run
+            under the interpreter in the test suite, so --cpu skips them)             (21, 22, 23)
   generate  bench/gpu/generate.py: 1B workload vs transformers, batch-1 share of the HBM
             roofline (1B, 8B), batch 64 on 8B, fp32 greedy parity, host time per step  (21)
   layers    bench/gpu/layers.py: fused ops and the sampler against their unfused peers  (21)
@@ -37,6 +38,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 INPUTS = ROOT / "gpu_inputs"
 
+# First the engine tests whose CUDA cases only a GPU runs (the decode step under CUDA's sync
+# debug mode, graphed and eager; Whisper's graphed decoder step; the fused decoder ops), so
+# the cap cuts the tail of the kernel tests rather than them; then every kernel test.
+ENGINE_TESTS = ["tests/unit/engine/generate/test_paged_attention_engine.py", "tests/unit/engine/generate/test_cuda_graph.py",
+                "tests/unit/engine/whisper/test_whisper_decoder_step.py", "tests/unit/engine/test_fused_ops.py"]
 KERNEL_TESTS = ["tests/unit/engine/test_varlen_attention_kernel.py", "tests/unit/engine/test_engine_packed_attention.py",
                 "tests/unit/engine/quant/test_fp8_kernels.py"]
 # (name, command on a GPU, command with --cpu or None to skip there, cap in seconds on a GPU)
@@ -45,9 +51,9 @@ SECTIONS = [
              f"{sys.executable} -c 'import sys,torch,triton,transformers; print(sys.version.split()[0], "
              "torch.__version__, triton.__version__, transformers.__version__)'"], None, 10),
     ("kernels", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "-W", "ignore",
-                 "KERNEL_TESTS"], None, 50),
+                 "KERNEL_TESTS"], None, 55),
     ("generate", [sys.executable, "bench/gpu/generate.py"], [sys.executable, "bench/gpu/generate.py", "--cpu"], 125),
-    ("layers", [sys.executable, "bench/gpu/layers.py"], [sys.executable, "bench/gpu/layers.py", "--cpu"], 25),
+    ("layers", [sys.executable, "bench/gpu/layers.py"], [sys.executable, "bench/gpu/layers.py", "--cpu"], 20),
     ("fp8", [sys.executable, "bench/fp8_bench.py"], [sys.executable, "bench/fp8_bench.py"], 60),
     ("embed", [sys.executable, "bench/gpu/embed.py"], [sys.executable, "bench/gpu/embed.py", "--cpu"], 55),
     ("whisper", [sys.executable, "bench/gpu/whisper.py"], [sys.executable, "bench/gpu/whisper.py", "--cpu"], 85),
@@ -78,9 +84,10 @@ def main() -> int:
 
 
 def kernel_tests() -> list[str]:
-    """The kernel test files there are: the three of the first GPU run and any newer one named *kernel*."""
+    """The engine tests with CUDA cases, then the kernel test files there are: the three of the
+    first GPU run and any newer one named *kernel*."""
     found = {str(path.relative_to(ROOT)) for path in (ROOT / "tests" / "unit").rglob("test_*kernel*.py")}
-    return sorted(set(KERNEL_TESTS) | found)
+    return ENGINE_TESTS + sorted((set(KERNEL_TESTS) | found) - set(ENGINE_TESTS))
 
 
 def prepare_environment(cpu: bool) -> dict[str, str]:
