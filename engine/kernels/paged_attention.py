@@ -25,9 +25,11 @@ block_size need not be a power of two nor as large as a tl.dot tile. Softmax is 
 in fp32. A sequence with seq_len 0 (a padding row of a CUDA graph bucket) writes zeros.
 
 With an fp8 cache (KV_FP8, a constexpr: the 16-bit kernel is compiled without it), K and
-V are loaded as E4M3 and widened to q's dtype in registers, which is exact; the per-slot
-scales are applied to the columns of the scores (k) and of the probabilities before the
-P @ V product (v), BLOCK_M x BLOCK_N multiplies rather than BLOCK_N x head_dim.
+V are loaded as E4M3 (half the bytes of bf16) and widened in registers. K widens to q's
+dtype exactly and its per-slot scales multiply the fp32 score columns, BLOCK_M x BLOCK_N
+multiplies. V is dequantized in fp32 (value x scale) and then narrowed: folding its scales
+into the probabilities instead would underflow fp16 for rows of small scale (p x 1e-7 is
+below fp16's smallest subnormal), and the outputs of such rows lost ~20 % in a test.
 
 The shapes the grid depends on (num_seqs, max_query_len) come from the host; no value is
 read back from the device, so a CUDA graph can hold the call with fixed metadata buffers.
@@ -91,12 +93,12 @@ def _paged_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scal
         k = tl.load(k_cache_ptr + kv_head * stride_kh + slot[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
         v_slot = block.to(tl.int64) * stride_vb + (offs_n % block_size) * stride_vs
         v = tl.load(v_cache_ptr + kv_head * stride_vh + v_slot[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        if KV_FP8:  # E4M3 widens exactly; each key's scale multiplies its score column and its p column
+        if KV_FP8:  # E4M3 widens exactly; K's scales multiply score columns, V is dequantized in fp32
             scale_slot = kv_head * stride_sh + block.to(tl.int64) * stride_sb + (offs_n % block_size) * stride_ss
             k_scale = tl.load(k_scale_ptr + scale_slot, mask=n_mask, other=0.0)
             v_scale = tl.load(v_scale_ptr + scale_slot, mask=n_mask, other=0.0)
             k = k.to(q.dtype)
-            v = v.to(q.dtype)
+            v = (v.to(tl.float32) * v_scale[:, None]).to(q.dtype)
         if DOT_FP32:    # no silent TF32: fp32 results must match the reference
             qk = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
         else:
@@ -109,8 +111,6 @@ def _paged_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scal
         p = tl.exp2(qk - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        if KV_FP8:
-            p = p * v_scale[None, :]
         if DOT_FP32:
             acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
         else:
