@@ -188,3 +188,38 @@ def test_the_triton_store_writes_the_bytes_the_tensor_ops_write(dtype):
     store_fp8_kv(k, v, slots, caches[1].k, caches[1].v, caches[1].k_scale, caches[1].v_scale)
     for ops, kernel in zip(caches[0], caches[1]):
         assert torch.equal(ops.float(), kernel.float())     # each E4M3 value is one float, -0.0 == 0.0
+
+
+def test_decode_steps_through_the_graph_buffers_read_the_fp8_cache_alike(llama, monkeypatch):
+    """The decode-graph runner with capture off (engine/generate/cuda_graph.py): its static
+    buffers and padding rows (their K/V quantized into the dummy block) give the tokens of
+    eager steps over the same fp8 cache."""
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and TRITON_INTERPRET is not 1")
+    from engine import SamplingParams
+    from engine.generate.cuda_graph import CudaGraphRunner
+    params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
+    eager = load(llama, monkeypatch, "triton", kv_cache_dtype="fp8")
+    expected = [out.token_ids for out in eager.generate(prompts()[:3], params)]
+    engine = load(llama, monkeypatch, "triton", kv_cache_dtype="fp8")
+    llm = engine.llm
+    llm.runner.graphs = CudaGraphRunner(llm.runner.model, llm.runner.kv_cache, OPTIONS["max_num_seqs"],
+                                        llm.max_model_len // BLOCK_SIZE, llm.block_manager.num_blocks * BLOCK_SIZE,
+                                        llm.runner.device, capture=False)
+    assert [out.token_ids for out in engine.generate(prompts()[:3], params)] == expected
+    assert llm.runner.graphs.num_runs > 0
+
+
+def test_fp8_is_refused_where_the_kernel_cannot_widen_it(monkeypatch):
+    """Triton widens E4M3 on compute capability 8.9 and later: an A100 (8.0) is refused at
+    construction, naming the option and the GPU; an H100 (9.0) and the CPU are not."""
+    from engine.generate.llm_engine import check_kv_cache_dtype
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    with pytest.raises(ValueError, match="kv_cache_dtype='fp8' needs a GPU of compute capability 8.9.*A100.*8.0"):
+        check_kv_cache_dtype(FP8_KV_DTYPE, True, cuda)
+    check_kv_cache_dtype(torch.bfloat16, True, cuda)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    check_kv_cache_dtype(FP8_KV_DTYPE, True, cuda)
+    check_kv_cache_dtype(FP8_KV_DTYPE, True, torch.device("cpu"))
