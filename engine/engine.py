@@ -109,8 +109,9 @@ class Engine:
         mode, dtype, device (a type: "cpu", "cuda"; on a GPU also device_name) and
         quantization (None, "fp8", "fp8-block"), then the mode's limits —
         generate: max_num_seqs, max_num_batched_tokens, max_model_len, block_size,
-        num_kv_blocks, enable_prefix_caching; embed: max_batch_tokens, max_seq_length;
-        transcribe: max_slots, max_admit. A worker's engine also has device_id, the
+        num_kv_blocks, kv_cache_dtype (the model's, or "float8_e4m3fn" where
+        kv_cache_dtype="fp8" was asked), enable_prefix_caching; embed: max_batch_tokens,
+        max_seq_length; transcribe: max_slots, max_admit. A worker's engine also has device_id, the
         device slot its process serves ("cuda:3", "cpu:1"; queueing.devices)."""
         settings = {"mode": self.mode, **self._mode_engine.settings}
         if self.device_id is not None:
