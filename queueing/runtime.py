@@ -131,8 +131,9 @@ class Runtime:
         if ref is None:
             raise LookupError(f"this worker does not serve model {model_key!r}")
         from engine import Engine   # heavy: torch loads only in model-serving processes
-        log.info("loading model %s (%s) for %s%s", ref.key, ref.path, mode,
-                 f", {quantization} weights" if quantization else "")
+        log.info("loading model %s (%s) for %s%s%s", ref.key, ref.path, mode,
+                 f", {quantization} weights" if quantization else "",
+                 f", {kv_cache_dtype} KV cache" if kv_cache_dtype else "")
         options = {}
         if mode == "generate":
             options.update(self._memory_options())
