@@ -83,9 +83,9 @@ class LLMEngine:
         check_kv_cache_dtype(self.kv_cache_dtype, use_triton, device)
         kv_cache = allocate_kv_cache(config, num_blocks + int(use_triton), options.block_size, self.kv_cache_dtype,
                                      device)
-        log.info("generate engine: KV cache %s, %d blocks of %d tokens (%d tokens, %.2f GiB)",
+        log.info("generate engine: KV cache %s, %d blocks of %d tokens (%d tokens, %.1f MiB)",
                  _dtype_name(self.kv_cache_dtype), num_blocks, options.block_size, num_blocks * options.block_size,
-                 num_blocks * bytes_per_block(config, options.block_size, self.kv_cache_dtype) / 2**30)
+                 num_blocks * bytes_per_block(config, options.block_size, self.kv_cache_dtype) / 2**20)
         self.runner = ModelRunner(model, kv_cache, options.block_size, device)
         if use_triton and device.type == "cuda" and not options.enforce_eager:
             self.runner.graphs = CudaGraphRunner(model, kv_cache, options.max_num_seqs,
