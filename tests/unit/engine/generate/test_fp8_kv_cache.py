@@ -87,9 +87,12 @@ def llama(tmp_path_factory):
 
 
 def load(path, monkeypatch, backend="native", **options):
+    """The native path on CPU; the Triton path on the GPU where there is one (the compiled
+    kernel takes no CPU tensor), else on CPU under the interpreter."""
     from engine import Engine
     monkeypatch.setenv("BARGE_ATTENTION_BACKEND", backend)
-    return Engine.from_pretrained(path, mode="generate", device="cpu", dtype="float32", **{**OPTIONS, **options})
+    device = "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"
+    return Engine.from_pretrained(path, mode="generate", device=device, dtype="float32", **{**OPTIONS, **options})
 
 
 def prompts():
@@ -199,9 +202,9 @@ def test_decode_steps_through_the_graph_buffers_read_the_fp8_cache_alike(llama, 
     from engine import SamplingParams
     from engine.generate.cuda_graph import CudaGraphRunner
     params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
-    eager = load(llama, monkeypatch, "triton", kv_cache_dtype="fp8")
+    eager = load(llama, monkeypatch, "triton", kv_cache_dtype="fp8", enforce_eager=True)
     expected = [out.token_ids for out in eager.generate(prompts()[:3], params)]
-    engine = load(llama, monkeypatch, "triton", kv_cache_dtype="fp8")
+    engine = load(llama, monkeypatch, "triton", kv_cache_dtype="fp8", enforce_eager=True)
     llm = engine.llm
     llm.runner.graphs = CudaGraphRunner(llm.runner.model, llm.runner.kv_cache, OPTIONS["max_num_seqs"],
                                         llm.max_model_len // BLOCK_SIZE, llm.block_manager.num_blocks * BLOCK_SIZE,
@@ -223,3 +226,28 @@ def test_fp8_is_refused_where_the_kernel_cannot_widen_it(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     check_kv_cache_dtype(FP8_KV_DTYPE, True, cuda)
     check_kv_cache_dtype(FP8_KV_DTYPE, True, torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs are a CUDA matter")
+def test_a_graphed_fp8_decode_step_on_cuda_syncs_only_to_read_the_sampled_ids(llama, monkeypatch):
+    """As test_paged_attention_engine's check for the 16-bit cache: the store kernel and
+    the kernel's fp8 reads inside the captured graph, under CUDA's sync debug mode set to raise."""
+    from engine import Engine, SamplingParams
+    monkeypatch.delenv("BARGE_ATTENTION_BACKEND", raising=False)
+    engine = Engine.from_pretrained(llama, mode="generate", device="cuda", dtype="float32", kv_cache_dtype="fp8",
+                                    **OPTIONS)
+    llm, runner = engine.llm, engine.llm.runner
+    assert runner.graphs is not None and runner.kv_cache[0].is_fp8
+    for prompt in ([5, 6, 7], [8, 9, 10, 11, 12]):
+        llm.add_request(prompt, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+    llm.step()
+    batch = runner.prepare(llm.scheduler.schedule())
+    assert batch.is_decode_only
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.inference_mode():
+            hidden = runner.graphs.run(batch)
+            runner.model.compute_logits(hidden[batch.logit_rows])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
