@@ -184,13 +184,13 @@ def test_the_triton_store_writes_the_bytes_the_tensor_ops_write(dtype):
     qkv = qkv.to(device, dtype)
     k, v = qkv[:, 4:6], qkv[:, 6:8]
     slots = torch.tensor([3, 4, 9, 10, 15, 0], device=device)
-    caches = [allocate_kv_cache(config, 4, 4, FP8_KV_DTYPE, torch.device(device))[0] for _ in range(2)]
-    store_kv(caches[0], k.cpu(), v.cpu(), slots.cpu()) if device == "cuda" else store_kv(caches[0], k, v, slots)
-    if device == "cuda":    # store_kv takes the kernel on CUDA: the tensor-op reference runs on CPU copies
-        caches[0] = type(caches[0])(*(t.to(device) for t in caches[0]))
-    store_fp8_kv(k, v, slots, caches[1].k, caches[1].v, caches[1].k_scale, caches[1].v_scale)
-    for ops, kernel in zip(caches[0], caches[1]):
-        assert torch.equal(ops.float(), kernel.float())     # each E4M3 value is one float, -0.0 == 0.0
+    # the tensor-op store on CPU (store_kv takes the kernel on CUDA), the kernel on the device
+    reference = allocate_kv_cache(config, 4, 4, FP8_KV_DTYPE, torch.device("cpu"))[0]
+    store_kv(reference, k.cpu(), v.cpu(), slots.cpu())
+    cache = allocate_kv_cache(config, 4, 4, FP8_KV_DTYPE, torch.device(device))[0]
+    store_fp8_kv(k, v, slots, cache.k, cache.v, cache.k_scale, cache.v_scale)
+    for ops, kernel in zip(reference, cache):
+        assert torch.equal(ops.float(), kernel.cpu().float())     # each E4M3 value is one float, -0.0 == 0.0
 
 
 def test_decode_steps_through_the_graph_buffers_read_the_fp8_cache_alike(llama, monkeypatch):
