@@ -4,6 +4,9 @@ Llama's greedy tokens and prompt logprobs against the same engine with its fp32 
 on the native path and (under Triton's interpreter) the paged kernel's, prefix hits included."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -251,3 +254,53 @@ def test_a_graphed_fp8_decode_step_on_cuda_syncs_only_to_read_the_sampled_ids(ll
             runner.model.compute_logits(hidden[batch.logit_rows])
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+# The paged kernel (16-bit and fp8 caches; decode and prefill tiles) and the fp8 store,
+# compiled to sm_90 cubins (Triton's own ptxas) in bf16, fp16 and fp32: what only a GPU run
+# would otherwise show (E4M3 loads and widening are compiled on capability 8.9 and later only).
+COMPILE_FOR_SM90 = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from engine.kernels import kv_store, paged_attention
+
+INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_tables_ptr": "*i32", "slot_ptr": "*i64"}
+
+def argument_type(name, dtype, kv_fp8):
+    if name in INT_POINTERS:
+        return INT_POINTERS[name]
+    if name in ("k_cache_ptr", "v_cache_ptr"):
+        return "*fp8e4nv" if kv_fp8 else f"*{dtype}"
+    if name in ("k_scale_ptr", "v_scale_ptr"):
+        return "*fp32" if kv_fp8 else f"*{dtype}"
+    if name.endswith("_ptr"):
+        return f"*{dtype}"
+    return "fp32" if name == "scale" else "i32"
+
+def compile_for_sm90(kernel, dtype, kv_fp8, constexprs):
+    signature = {p.name: "constexpr" if p.is_constexpr else argument_type(p.name, dtype, kv_fp8) for p in kernel.params}
+    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                              target=GPUTarget("cuda", 90, 32))
+    assert compiled.asm["cubin"], (kernel, dtype, kv_fp8)
+
+for dtype in ("bf16", "fp16", "fp32"):
+    for kv_fp8 in (True, False):
+        for block_q, block_m in ((1, 16), (16, 64)):     # decode tiles, prefill tiles (GQA 4, head_dim 128)
+            compile_for_sm90(paged_attention._paged_attention_kernel, dtype, kv_fp8, dict(
+                GROUP_SIZE=4, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=32, HEAD_DIM=128,
+                DOT_FP32=dtype == "fp32", KV_FP8=kv_fp8))
+    compile_for_sm90(kv_store._store_fp8_kv_kernel, dtype, True,
+                     dict(FP8_MAX_=448.0, MIN_SCALE_=1e-12, HEAD_DIM=128))
+print("compiled")
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the tests above compile and run them")
+def test_the_fp8_kernels_compile_for_an_h100_without_one(tmp_path):
+    pytest.importorskip("triton.backends.nvidia")
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
+                            timeout=300, cwd=Path(__file__).resolve().parents[4])
+    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-4000:]
