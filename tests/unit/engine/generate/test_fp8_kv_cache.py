@@ -70,6 +70,18 @@ def test_fp8_blocks_fit_about_twice_as_many_as_bf16_in_the_same_memory(head_dim,
     assert plans[1].num_blocks / plans[0].num_blocks >= max(at_least, 1.8)
 
 
+def test_an_engine_sized_from_memory_takes_the_fp8_block_size(monkeypatch):
+    """kv_cache_blocks (what LLMEngine sizes its cache by, num_blocks not given) counts an
+    fp8 block's bytes: the same free memory holds 1.88x the blocks of a bf16 model's cache."""
+    import engine.generate.kv_cache as kv_cache
+    from engine.gpu_memory import kv_cache_blocks
+    monkeypatch.setattr(kv_cache, "available_memory", lambda device: 64 * GIB)
+    config = decoder_config(num_layers=30, num_kv_heads=3, head_dim=64, num_heads=9)     # SmolLM2's cache shape
+    counts = [kv_cache_blocks(None, config, GenerateOptions(max_num_seqs=4096, kv_cache_dtype=kv), torch.bfloat16,
+                              torch.device("cpu"), max_model_len=8192) for kv in ("auto", "fp8")]
+    assert counts[1] / counts[0] >= 1.88 - 1e-3
+
+
 def test_an_unknown_kv_cache_dtype_is_refused_naming_the_field():
     with pytest.raises(ValueError, match="kv_cache_dtype.*'int8'"):
         GenerateOptions(kv_cache_dtype="int8")
