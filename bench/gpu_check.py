@@ -42,7 +42,8 @@ INPUTS = ROOT / "gpu_inputs"
 # debug mode, graphed and eager; Whisper's graphed decoder step; the fused decoder ops), so
 # the cap cuts the tail of the kernel tests rather than them; then every kernel test.
 ENGINE_TESTS = ["tests/unit/engine/generate/test_paged_attention_engine.py", "tests/unit/engine/generate/test_cuda_graph.py",
-                "tests/unit/engine/whisper/test_whisper_decoder_step.py", "tests/unit/engine/test_fused_ops.py"]
+                "tests/unit/engine/whisper/test_whisper_decoder_step.py", "tests/unit/engine/test_fused_ops.py",
+                "tests/unit/engine/generate/test_fp8_kv_cache.py"]
 KERNEL_TESTS = ["tests/unit/engine/test_varlen_attention_kernel.py", "tests/unit/engine/test_engine_packed_attention.py",
                 "tests/unit/engine/quant/test_fp8_kernels.py"]
 # (name, command on a GPU, command with --cpu or None to skip there, cap in seconds on a GPU)
