@@ -6,13 +6,12 @@ fp32 within 1e-5 of the fp32 reference, fp16 and bf16 within the PyTorch op's ow
 that dtype plus one rounding of it."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+
+from tests.support.sm90 import assert_compiles_without_interpreter
 
 pytest.importorskip("triton")
 
@@ -184,7 +183,6 @@ def test_the_ops_refuse_what_they_cannot_run(ops):
 # flags all on and all off: what only a GPU run would otherwise show. Integer arguments
 # are i32, eps fp32, token ids and positions int64, every other pointer the dtype's.
 COMPILE_FOR_SM90 = """
-import sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -211,9 +209,5 @@ print("compiled")
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the tests above compile and run them")
 def test_the_kernels_compile_for_an_h100_without_one(tmp_path):
     pytest.importorskip("triton.backends.nvidia")
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
-    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
-                            timeout=300, cwd=Path(__file__).resolve().parents[3])
-    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-4000:]
+    assert_compiles_without_interpreter(COMPILE_FOR_SM90, tmp_path)
 

@@ -4,9 +4,6 @@ Llama's greedy tokens and prompt logprobs against the same engine with its fp32 
 on the native path and (under Triton's interpreter) the paged kernel's, prefix hits included."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +15,7 @@ from engine.generate.kv_cache import (FP8_KV_DTYPE, FP8_MAX, MIN_SCALE, allocate
 from engine.generate.model_config import DecoderConfig  # noqa: E402
 from engine.generate.options import GenerateOptions  # noqa: E402
 from engine.gpu_memory import GIB, plan_kv_cache  # noqa: E402
+from tests.support.sm90 import assert_compiles_without_interpreter  # noqa: E402
 
 E4M3_HALF_ULP = 2.0 ** -4           # 3 mantissa bits: round to nearest is within 2^-4 of a normal value
 E4M3_SUBNORMAL_HALF_STEP = 2.0 ** -10   # subnormals are multiples of 2^-9
@@ -311,8 +309,4 @@ print("compiled")
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the tests above compile and run them")
 def test_the_fp8_kernels_compile_for_an_h100_without_one(tmp_path):
     pytest.importorskip("triton.backends.nvidia")
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
-    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
-                            timeout=300, cwd=Path(__file__).resolve().parents[4])
-    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-4000:]
+    assert_compiles_without_interpreter(COMPILE_FOR_SM90, tmp_path)
