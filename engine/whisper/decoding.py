@@ -162,9 +162,7 @@ class ChunkDecoder:
     def _fail(self, requests: list[DecodeRequest]) -> list[DecodeRequest]:
         self.scheduler.release(requests)
         for request in requests:
-            request.error, request.is_finished = OOM_ROW_ERROR, True
-            if request.beam is not None:
-                request.beam = None
+            request.error, request.is_finished, request.beam = OOM_ROW_ERROR, True, None
         return requests
 
     def _step_stats(self, num_running: int) -> StepStats:
