@@ -1,10 +1,11 @@
 """The FastAPI app of `barge serve`: OpenAI's Files and Batches endpoints.
 
-Every route needs `Authorization: Bearer <key>` (a key made by `barge api-key create`)
-and sees only that key's files and batches. Errors answer in OpenAI's shape
+Every route needs `Authorization: Bearer <key>` (a key made by `barge api-key create`),
+checked on the headers before any body is read (api.auth), and sees only that key's
+files and batches. Every error, ours or the framework's, answers in OpenAI's shape
 (api.errors); ids are checked against our own formats before they reach SQL or a path.
-The dashboard (api.dashboard) is mounted beside them under /dashboard, with its own
-access rule: the same keys, or none from loopback when the server is bound there.
+The dashboard (api.dashboard) is mounted beside them under /dashboard: the same keys, or
+a session opened with one (an operator key, or the one-time login URL, sees every job).
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+import logging
+
 from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
+from api.auth import DEFAULT_ALLOWED_HOSTS, Gate, LoginTicket, Principal
 from api.dashboard import dashboard_router
 from api.dashboard.routes import mount_static
 from api.errors import ApiError
@@ -25,7 +30,10 @@ from api.upload import BodyLimit
 from jobs.api_files import FileRecord
 from jobs.api_keys import ApiKey, ApiKeys
 from jobs.client import Client
+from jobs.dashboard_sessions import DashboardSessions
 from jobs.settings import Settings
+
+log = logging.getLogger("barge.api")
 
 REQUEST_OVERHEAD_BYTES = 1 << 20   # multipart framing and form fields beyond the file itself
 
@@ -46,25 +54,27 @@ def api_settings_from_env(settings: Settings, env: dict[str, str] | None = None)
 
 
 def create_app(client: Client | None = None, api_settings: ApiSettings | None = None, *,
-               dashboard_keyless: bool = False) -> FastAPI:
-    """`dashboard_keyless`: the dashboard lets a loopback visitor without a key see
-    every job (api.dashboard.access); `barge serve` sets it when bound to loopback."""
+               allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS, login_ticket: LoginTicket | None = None,
+               secure_cookies: bool = False) -> FastAPI:
+    """`allowed_hosts`: the `Host` names answered (api.auth.allowed_hosts_for);
+    `login_ticket`: the one-time login URL's secret `barge serve` prints (None: no such URL);
+    `secure_cookies`: the session cookie is `Secure` on every answer, not only on https ones."""
     client = client or Client()
     service = BatchService(client, api_settings or api_settings_from_env(client.settings))
-    keys = ApiKeys(client.store.engine)
+    keys, sessions = ApiKeys(client.store.engine), DashboardSessions(client.store.engine)
     app = FastAPI(title="Barge: the OpenAI Batch API", docs_url=None, redoc_url=None)
     _add_error_handlers(app, service.settings.max_file_bytes + REQUEST_OVERHEAD_BYTES)
-    app.include_router(dashboard_router(client.store, keys, keyless_on_loopback=dashboard_keyless))
+    app.include_router(dashboard_router(client.store, sessions, keys, login_ticket=login_ticket,
+                                        secure_cookies=secure_cookies))
     mount_static(app)
+    app.add_middleware(Gate, keys=keys, sessions=sessions, allowed_hosts=allowed_hosts)   # outermost: before bodies
 
     def caller(request: Request) -> ApiKey:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        """The key the gate found on the headers; the API takes no dashboard session."""
+        principal: Principal | None = request.state.principal
+        if principal is None or principal.key is None or principal.session_id is not None:
             raise ApiError(401, "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.")
-        key = keys.authenticate(token.strip())
-        if key is None:
-            raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
-        return key
+        return principal.key
 
     @app.post("/v1/files")
     def upload_file(file: UploadFile = File(...), purpose: str = Form(...), key: ApiKey = Depends(caller)) -> dict:
@@ -126,6 +136,21 @@ def _add_error_handlers(app: FastAPI, max_request_bytes: int) -> None:
         param = ".".join(str(part) for part in first.get("loc", ())[1:]) or None
         return JSONResponse(ApiError(400, f"{param or 'request'}: {first.get('msg', 'invalid request')}",
                                      param=param).body(), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    def http_error(_request: Request, error: HTTPException) -> JSONResponse:
+        """The framework's own answers (unknown route 404, wrong method 405) in OpenAI's shape."""
+        message = {404: "Unknown request URL.", 405: "Method not allowed for this URL."}.get(
+            error.status_code, str(error.detail)[:200])
+        return JSONResponse(ApiError(error.status_code, message).body(), status_code=error.status_code,
+                            headers=getattr(error, "headers", None))
+
+    @app.exception_handler(Exception)
+    def server_error(request: Request, error: Exception) -> JSONResponse:
+        """A fault of ours: logged with its traceback, answered in OpenAI's shape without it."""
+        log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+        return JSONResponse(ApiError(500, "The server had an error while processing your request.").body(),
+                            status_code=500)
 
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)   # counted as it streams in (api.upload)
 

@@ -4,8 +4,9 @@ its own exceptions (401 AuthenticationError, 404 NotFoundError, ...)."""
 
 from __future__ import annotations
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-               409: "invalid_request_error", 413: "invalid_request_error", 500: "server_error"}
+ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "invalid_request_error",
+               404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
+               413: "invalid_request_error", 500: "server_error"}
 
 
 class ApiError(Exception):

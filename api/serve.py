@@ -1,13 +1,49 @@
-"""`barge serve`: the API under uvicorn."""
+"""`barge serve`: the API under uvicorn.
+
+At start it prints the one-time login URL of the dashboard (api.auth.LoginTicket) to
+stderr, for the person at the machine, as Jupyter prints its token. uvicorn's access log
+is kept, without query strings: a key or ticket someone put in a URL never lands in a log.
+"""
 
 from __future__ import annotations
 
+import logging
+import sys
 
-def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> int:
+from api.auth import LoginTicket, allowed_hosts_for
+
+
+class NoQueryStrings(logging.Filter):
+    """uvicorn's access line is `'%s - "%s %s HTTP/%s" %d'` over (client, method, path with
+    its query, version, status): the query goes, the path stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and len(record.args) >= 3 and isinstance(record.args[2], str):
+            record.args = (*record.args[:2], record.args[2].partition("?")[0], *record.args[3:])
+        return True
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", *,
+          allowed_hosts: list[str] | tuple[str, ...] = (), login_url: bool = True, secure_cookies: bool = False,
+          public_url: str | None = None) -> int:
     import uvicorn
 
     from api.app import create_app
-    from api.dashboard.access import is_loopback
-    # bound to loopback, the dashboard opens without a key for whoever is on this machine
-    uvicorn.run(create_app(dashboard_keyless=is_loopback(host)), host=host, port=port, log_level=log_level)
+
+    ticket = LoginTicket() if login_url else None
+    app = create_app(allowed_hosts=allowed_hosts_for(host, allowed_hosts), login_ticket=ticket,
+                     secure_cookies=secure_cookies)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level)   # configures logging
+    logging.getLogger("uvicorn.access").addFilter(NoQueryStrings())
+    if ticket is not None:
+        base = (public_url or f"http://{_shown_host(host)}:{port}").rstrip("/")
+        print(f"barge serve: the dashboard, for the operator, once: {base}/dashboard/login?ticket={ticket.token}",
+              file=sys.stderr, flush=True)
+    uvicorn.Server(config).run()
     return 0
+
+
+def _shown_host(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host

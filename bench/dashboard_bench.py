@@ -63,7 +63,9 @@ def main() -> int:
     last = build(client.store, args.jobs, args.shards)
     peer = median_ms(lambda: client.jobs(args.jobs), args.repeats)
     ours = median_ms(lambda: DashboardReads(client.store).jobs(None, limit=args.jobs), args.repeats)
-    http = TestClient(create_app(client, dashboard_keyless=True), client=("127.0.0.1", 50000))
+    from jobs.api_keys import ApiKeys
+    operator = ApiKeys(client.store.engine).create("bench", operator=True).secret
+    http = TestClient(create_app(client), base_url="http://localhost", headers={"Authorization": f"Bearer {operator}"})
     listing = median_ms(lambda: http.get("/dashboard/api/jobs"), args.repeats)
     page = median_ms(lambda: http.get(f"/dashboard/jobs/{last}?fragment=1"), args.repeats)
     print(f"{args.jobs} jobs x {args.shards} shards on {client.store.engine.dialect.name}, median of {args.repeats}:")

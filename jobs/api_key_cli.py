@@ -1,7 +1,7 @@
 """`barge serve` and `barge api-key …`: the OpenAI-compatible API (api/) and its keys.
 
-    barge serve [--host 127.0.0.1] [--port 8000]
-    barge api-key create --name NAME     prints the key once; only its SHA-256 is stored
+    barge serve [--host 127.0.0.1] [--port 8000] [--allowed-host NAME ...] [--no-login-url]
+    barge api-key create --name NAME [--operator]   prints the key once; only its SHA-256 is stored
     barge api-key list | revoke KEY_ID
 """
 
@@ -21,13 +21,26 @@ def add_api_commands(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                       help="a Host name to answer besides localhost, 127.0.0.1 and the bound address (e.g. the "
+                            "name a proxy serves it under; '*.example.com' for its subdomains); repeatable. "
+                            "Also BARGE_ALLOWED_HOSTS (comma-separated). Any other Host is answered 400")
+    serve.add_argument("--no-login-url", dest="login_url", action="store_false",
+                       help="print no one-time operator login URL at start")
+    serve.add_argument("--public-url", default=None,
+                       help="the URL people reach it by (behind a proxy: https://NAME), for the printed login URL")
+    serve.add_argument("--secure-cookies", action="store_true",
+                       help="mark the dashboard's session cookie Secure on every answer (behind a TLS proxy that "
+                            "does not send X-Forwarded-Proto); an https request gets it anyway")
     serve.set_defaults(func=_serve)
 
     keys = commands.add_parser("api-key", help="API keys for barge serve")
     actions = keys.add_subparsers(required=True, metavar="ACTION")
     create = actions.add_parser("create", help="make a key (shown once)")
     create.add_argument("--name", required=True, help="who or what the key is for")
-    create.set_defaults(func=lambda args: create_key(_keys(), args.name))
+    create.add_argument("--operator", action="store_true",
+                        help="an operator's key: its dashboard shows every key's jobs, workers and schedules")
+    create.set_defaults(func=lambda args: create_key(_keys(), args.name, operator=args.operator))
     listing = actions.add_parser("list", help="list keys (never their secrets)")
     listing.set_defaults(func=lambda args: list_keys(_keys()))
     revoke = actions.add_parser("revoke", help="stop a key from authenticating")
@@ -35,9 +48,10 @@ def add_api_commands(commands: argparse._SubParsersAction) -> None:
     revoke.set_defaults(func=lambda args: revoke_key(_keys(), args.key_id))
 
 
-def create_key(keys: ApiKeys, name: str, out: TextIO | None = None) -> int:
-    created = keys.create(name)
-    print(f"api key {created.key.id} ({created.key.name}); the key, shown once:", file=out)
+def create_key(keys: ApiKeys, name: str, out: TextIO | None = None, *, operator: bool = False) -> int:
+    created = keys.create(name, operator=operator)
+    kind = "operator key" if operator else "api key"
+    print(f"{kind} {created.key.id} ({created.key.name}); the key, shown once:", file=out)
     print(created.secret, file=out)
     return 0
 
@@ -45,7 +59,8 @@ def create_key(keys: ApiKeys, name: str, out: TextIO | None = None) -> int:
 def list_keys(keys: ApiKeys, out: TextIO | None = None) -> int:
     for key in keys.list():
         state = "revoked " + _when(key.revoked_at) if key.revoked_at else "live"
-        print(f"{key.id:24}  {_when(key.created_at)}  {state:28}  {key.name}", file=out)
+        role = "operator" if key.is_operator else "key"
+        print(f"{key.id:24}  {_when(key.created_at)}  {state:28}  {role:8}  {key.name}", file=out)
     return 0
 
 
@@ -62,8 +77,12 @@ def _keys() -> ApiKeys:
 
 
 def _serve(args) -> int:
+    import os
+
     from api.serve import serve
-    return serve(args.host, args.port, args.log_level)
+    extra = [*args.allowed_host, *filter(None, os.environ.get("BARGE_ALLOWED_HOSTS", "").split(","))]
+    return serve(args.host, args.port, args.log_level, allowed_hosts=extra, login_url=args.login_url,
+                 secure_cookies=args.secure_cookies, public_url=args.public_url)
 
 
 def _when(seconds: float) -> str:

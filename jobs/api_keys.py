@@ -27,6 +27,7 @@ class ApiKey:
     name: str
     created_at: float
     revoked_at: float | None = None
+    is_operator: bool = False  # sees every key's jobs on the dashboard (`barge api-key create --operator`)
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,15 @@ class ApiKeys:
     def __init__(self, engine: Engine):
         self.engine = engine
 
-    def create(self, name: str) -> CreatedKey:
+    def create(self, name: str, *, operator: bool = False) -> CreatedKey:
         if not name or not name.strip() or len(name) > 200:
             raise ValueError(f"api key name must be 1 to 200 characters, got {name!r}")
-        key = ApiKey(id=f"key_{uuid.uuid4().hex[:16]}", name=name.strip(), created_at=time.time())
+        key = ApiKey(id=f"key_{uuid.uuid4().hex[:16]}", name=name.strip(), created_at=time.time(),
+                     is_operator=operator)
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
         with self.engine.begin() as conn:
             conn.execute(insert(api_keys).values(id=key.id, name=key.name, secret_sha256=hash_secret(secret),
-                                                 created_at=key.created_at))
+                                                 created_at=key.created_at, is_operator=operator))
         return CreatedKey(key, secret)
 
     def authenticate(self, secret: str) -> ApiKey | None:
@@ -75,4 +77,5 @@ class ApiKeys:
 
 
 def _key(row) -> ApiKey:
-    return ApiKey(id=row.id, name=row.name, created_at=row.created_at, revoked_at=row.revoked_at)
+    return ApiKey(id=row.id, name=row.name, created_at=row.created_at, revoked_at=row.revoked_at,
+                  is_operator=bool(row.is_operator))

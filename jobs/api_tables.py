@@ -1,5 +1,5 @@
 """The tables behind the OpenAI-compatible API (api/): keys, files, batches. Times are
-UTC epoch seconds, as in jobs.tables; migration 0012 creates exactly these.
+UTC epoch seconds, as in jobs.tables; migrations 0012 and 0015 create exactly these.
 
 A batch is a job: `barge_api_batches` holds only what OpenAI's Batch object has and a
 job has not (its owner, endpoint, input file, output and error files), and names the
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import (BigInteger, Column, Engine, Float, ForeignKey, Index, Integer, Select, String, Table,
-                        Text)
+from sqlalchemy import (BigInteger, Boolean, Column, Engine, Float, ForeignKey, Index, Integer, Select, String,
+                        Table, Text, false)
 
 from jobs.tables import metadata
 
@@ -21,6 +21,20 @@ api_keys = Table(
     Column("secret_sha256", String(64), nullable=False, unique=True),   # hex SHA-256 of the bearer token
     Column("created_at", Float, nullable=False),
     Column("revoked_at", Float),
+    Column("is_operator", Boolean, nullable=False, server_default=false()),   # sees every key's jobs (0015)
+)
+
+# A dashboard login (0015): the cookie holds a random id, only its SHA-256 is kept; a
+# session ends at its expiry, at logout (revoked_at) or when its key is revoked.
+dashboard_sessions = Table(
+    "barge_dashboard_sessions", metadata,
+    Column("id_sha256", String(64), primary_key=True),
+    Column("key_id", String(40), ForeignKey("barge_api_keys.id")),   # NULL: the operator, by the login URL
+    Column("is_operator", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("revoked_at", Float),
+    Index("ix_barge_dashboard_sessions_expiry", "expires_at"),
 )
 
 api_files = Table(

@@ -2,8 +2,8 @@
 the embedded store: a generate job with a null row and a webhook receiver that answers
 500 at first, and an OpenAI batch made with alice's key.
 
-Given the server on loopback (no key needed there: the operator's view), when the
-browser opens the jobs list while the job runs, then the job appears and its progress
+Given the operator logged in by the one-time URL `barge serve` printed (nobody gets the
+operator's view by address), when the browser opens the jobs list while the job runs, then the job appears and its progress
 bar moves without a reload; its page draws chart points, lists the failed row from
 errors.jsonl and the failed webhook attempt, and never shows a secret. Given alice's and
 bob's keys, bob sees neither alice's job in the list nor its page. Every page's
@@ -51,6 +51,8 @@ def deployment(tmp_path_factory):
         deployment.workers.append(server)
         deployment.base = f"http://127.0.0.1:{port}"
         deployment.keys = {name: deployment.create_api_key(name) for name in ("alice", "bob")}
+        deployment.keys["operator"] = deployment.create_api_key("ops", operator=True)
+        deployment.login_url = deployment.login_url(server)
         wait_ready(worker)
         wait_for(lambda: _is_serving(deployment.base), 60, "barge serve to answer")
         yield deployment
@@ -99,8 +101,14 @@ def _job_row_progress(browser, job_id: str) -> float | None:
                                   "return bar ? bar.value : null;", job_id)
 
 
+def _as_operator(deployment, path: str) -> dict:
+    request = urllib.request.Request(deployment.base + path,
+                                     headers={"Authorization": f"Bearer {deployment.keys['operator']}"})
+    return json.load(urllib.request.urlopen(request))
+
+
 def _held_shards(deployment) -> set[str]:
-    workers = json.load(urllib.request.urlopen(deployment.base + "/dashboard/api/workers"))["workers"]
+    workers = _as_operator(deployment, "/dashboard/api/workers")["workers"]
     return {shard["job_id"] for worker in workers for shard in worker["shards"]}
 
 
@@ -114,7 +122,8 @@ def test_operator_watches_a_job_run(deployment, browser, screenshots):
                        params={"max_tokens": 24, "temperature": 0})
         # Given the jobs list open in the browser, when the job is submitted and runs, then
         # its row appears and its progress bar moves, with no reload (the page's marker stays).
-        browser.get(deployment.base + "/dashboard/jobs")
+        browser.get(deployment.login_url)   # lands on the jobs list, an operator session in its cookie
+        assert browser.current_url.endswith("/dashboard/jobs") and "?" not in browser.current_url
         browser.execute_script("window.barge_marker = 'not reloaded';")
         job = client.submit(spec)
         wait_for(lambda: _job_row_progress(browser, job.id) is not None, 60, "the job's row")
@@ -195,8 +204,11 @@ def test_a_key_sees_only_its_own_jobs(deployment, browser, screenshots):
                                   purpose="batch")
     batch = alice.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
     job_id = _batch_job_id(deployment, batch.id)
-    operator_jobs = {row["id"] for row in json.load(urllib.request.urlopen(deployment.base + "/dashboard/api/jobs"))["jobs"]}
-    assert job_id in operator_jobs   # the operator (loopback, no key) sees every job
+    operator_jobs = {row["id"] for row in _as_operator(deployment, "/dashboard/api/jobs")["jobs"]}
+    assert job_id in operator_jobs   # an operator key sees every job
+    with pytest.raises(urllib.error.HTTPError) as keyless:   # loopback without a key sees none
+        urllib.request.urlopen(deployment.base + "/dashboard/api/jobs")
+    assert keyless.value.code == 401
 
     _log_in(browser, deployment, deployment.keys["alice"])
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, f'tr[data-job="{job_id}"]'), 30, "alice's job")

@@ -1,6 +1,6 @@
 """The dashboard's reads and access rules over a real store (SQLite file and
-PostgreSQL), through the real FastAPI app: what a key sees, what loopback without a key
-sees, that the rates and shards come from the shards' rows, that workers' heartbeats
+PostgreSQL), through the real FastAPI app: what a key sees, what an operator (key or
+login URL session) sees, that nobody sees anything by address or with a copied cookie, that the rates and shards come from the shards' rows, that workers' heartbeats
 and leases show up, and that no secret is ever in a page.
 
 The browser-level test, against a real server and worker, is tests/e2e/test_dashboard_e2e.py."""
@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.dashboard.access import COOKIE
+from api.auth import SESSION_COOKIE, LoginTicket
 from jobs.api_batches import ApiBatches, BatchRecord, new_batch_id
 from jobs.api_keys import ApiKeys
 from jobs.client import Client
@@ -22,6 +22,7 @@ from jobs.worker_beats import EngineBeat, WorkerBeat, WorkerBeats
 from tests.integration.test_store import make_plans, make_spec, new_job, part, postgres_url, store, store_url  # noqa: F401
 
 LOOPBACK = ("127.0.0.1", 50000)
+SAME_ORIGIN = {"Origin": "http://localhost"}
 SECRET_URL = "https://hooks.example.com/T1/B2/path-token-77?sig=query-token-88"
 
 
@@ -30,18 +31,21 @@ def served(store, tmp_path):
     client = Client(settings=Settings.from_env({"BARGE_DATA_DIR": str(tmp_path / "data"),
                                                 "BARGE_DATABASE_URL": store.url}))
     keys = ApiKeys(store.engine)
-    alice, bob = keys.create("alice"), keys.create("bob")
+    alice, bob, operator = keys.create("alice"), keys.create("bob"), keys.create("ops", operator=True)
     owned = new_job(store, webhook_url=SECRET_URL, input=["s3://AKIAOWNED:owned-s3-secret@corpus/a.parquet"])
     ApiBatches(store.engine).create(BatchRecord(id=new_batch_id(), key_id=alice.key.id, job_id=owned,
                                                 endpoint="/v1/embeddings", model="minilm", input_file_id="file-x",
                                                 completion_window="24h", created_at=time.time()))
     unowned = new_job(store)
-    return {"client": client, "store": store, "alice": alice, "bob": bob, "owned": owned, "unowned": unowned}
+    return {"client": client, "store": store, "alice": alice, "bob": bob, "operator": operator, "owned": owned,
+            "unowned": unowned}
 
 
-def _app(served, keyless: bool, loopback: bool = True) -> TestClient:
-    app = create_app(served["client"], dashboard_keyless=keyless)
-    return TestClient(app, client=LOOPBACK if loopback else ("203.0.113.9", 50000), follow_redirects=False)
+def _app(served, operator: bool = False, **options) -> TestClient:
+    """The app as a loopback caller reaches it; with the operator key's header when `operator`."""
+    headers = {"Authorization": f"Bearer {served['operator'].secret}"} if operator else None
+    return TestClient(create_app(served["client"], **options), client=LOOPBACK, base_url="http://localhost",
+                      headers=headers, follow_redirects=False)
 
 
 def _listed(http: TestClient, **headers) -> set[str]:
@@ -51,7 +55,7 @@ def _listed(http: TestClient, **headers) -> set[str]:
 
 
 def test_a_key_sees_its_own_batches_jobs_only(served):
-    http = _app(served, keyless=False)
+    http = _app(served)
     alice = {"Authorization": f"Bearer {served['alice'].secret}"}
     bob = {"Authorization": f"Bearer {served['bob'].secret}"}
     assert _listed(http, **alice) == {served["owned"]}
@@ -64,27 +68,76 @@ def test_a_key_sees_its_own_batches_jobs_only(served):
     assert "Content-Security-Policy" in page.headers and page.headers["Cache-Control"] == "no-store"
 
 
-def test_without_a_key_only_loopback_on_a_loopback_server_sees_everything(served):
-    assert _listed(_app(served, keyless=True)) == {served["owned"], served["unowned"]}
-    for http in (_app(served, keyless=False), _app(served, keyless=True, loopback=False)):
-        assert http.get("/dashboard/api/jobs").status_code == 401
-        page = http.get("/dashboard/jobs")
-        assert page.status_code == 401 and 'name="key"' in page.text
-    refused = _app(served, keyless=False).get("/dashboard/api/jobs", headers={"Authorization": "Bearer sk-barge-nope"})
-    assert refused.status_code == 401
+def test_only_an_operator_sees_everything_and_nobody_by_address(served):
+    assert _listed(_app(served, operator=True)) == {served["owned"], served["unowned"]}
+    http = _app(served)   # loopback, no key: what main at d9a7a84 gave the operator's view
+    assert http.get("/dashboard/api/jobs").status_code == 401
+    assert http.get("/dashboard/api/jobs").json()["error"]["type"] == "invalid_request_error"
+    page = http.get("/dashboard/jobs")
+    assert page.status_code == 401 and 'name="key"' in page.text
+    refused = http.get("/dashboard/api/jobs", headers={"Authorization": "Bearer sk-barge-nope"})
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
 
 
-def test_logging_in_keeps_the_key_in_a_strict_http_only_cookie(served):
-    http = _app(served, keyless=False)
-    assert http.post("/dashboard/login", data={"key": "sk-barge-wrong"}).status_code == 401
-    answer = http.post("/dashboard/login", data={"key": served["alice"].secret})
+def test_logging_in_keeps_a_server_side_session_that_logout_ends(served):
+    http = _app(served)
+    assert http.post("/dashboard/login", data={"key": "sk-barge-wrong"}, headers=SAME_ORIGIN).status_code == 401
+    answer = http.post("/dashboard/login", data={"key": served["alice"].secret}, headers=SAME_ORIGIN)
     assert answer.status_code == 303
     cookie = answer.headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
-    assert "Path=/dashboard" in cookie
-    http.cookies.set(COOKIE, served["alice"].secret)
+    assert cookie.startswith(f"{SESSION_COOKIE}=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert "Path=/dashboard" in cookie and "Secure" not in cookie   # plain http here; https adds Secure
+    session_id = http.cookies[SESSION_COOKIE]
+    assert served["alice"].secret not in cookie and session_id not in served["alice"].secret
     assert _listed(http) == {served["owned"]}
     assert http.get("/dashboard/schedules").status_code == 200   # a key sees no schedules: they are the operator's
+
+    copied = _app(served)
+    copied.cookies.set(SESSION_COOKIE, session_id)
+    assert _listed(copied) == {served["owned"]}
+    assert http.post("/dashboard/logout", headers=SAME_ORIGIN).status_code == 303
+    assert copied.get("/dashboard/api/jobs").status_code == 401   # the copied cookie died with the logout
+
+    ApiKeys(served["store"].engine).revoke(served["bob"].key.id)
+    bobs = _app(served)
+    assert bobs.post("/dashboard/login", data={"key": served["bob"].secret}, headers=SAME_ORIGIN).status_code == 401
+
+
+def test_login_and_logout_refuse_another_origin(served):
+    http = _app(served)
+    for origin in ({"Origin": "http://evil.example"}, {"Origin": "null"}, {}):
+        answer = http.post("/dashboard/login", data={"key": served["alice"].secret}, headers=origin)
+        assert answer.status_code == 403 and SESSION_COOKIE not in answer.headers.get("set-cookie", "")
+    assert http.post("/dashboard/login", data={"key": served["alice"].secret},
+                     headers={"Origin": "null", "Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert http.post("/dashboard/login", data={"key": served["alice"].secret},
+                     headers={"Origin": "null", "Sec-Fetch-Site": "same-origin"}).status_code == 303
+    assert http.post("/dashboard/login", data={"key": served["alice"].secret},
+                     headers={"Referer": "http://localhost/dashboard/login"}).status_code == 303
+    assert http.post("/dashboard/logout", headers={"Origin": "http://evil.example"}).status_code == 403
+    assert _listed(http) == {served["owned"]}   # still logged in
+
+
+def test_a_revoked_key_ends_its_sessions(served):
+    http = _app(served)
+    assert http.post("/dashboard/login", data={"key": served["bob"].secret}, headers=SAME_ORIGIN).status_code == 303
+    assert _listed(http) == set()
+    ApiKeys(served["store"].engine).revoke(served["bob"].key.id)
+    assert http.get("/dashboard/api/jobs").status_code == 401
+
+
+def test_the_login_url_opens_an_operator_session_once(served):
+    ticket = LoginTicket()
+    http = _app(served, login_ticket=ticket)
+    assert http.get("/dashboard/login", params={"ticket": "not-it"}).status_code == 401
+    answer = http.get("/dashboard/login", params={"ticket": ticket.token})
+    assert answer.status_code == 303 and SESSION_COOKIE in answer.headers["set-cookie"]
+    assert _listed(http) == {served["owned"], served["unowned"]}
+    assert "operator (login URL)" in http.get("/dashboard/jobs").text
+    again = _app(served, login_ticket=ticket)
+    assert again.get("/dashboard/login", params={"ticket": ticket.token}).status_code == 401   # spent
+    assert again.get("/dashboard/api/jobs").status_code == 401
+    assert _app(served).get("/dashboard/login", params={"ticket": ticket.token}).status_code == 401   # no ticket
 
 
 def test_progress_rates_shards_and_chart_come_from_the_shards(served):
@@ -95,7 +148,7 @@ def test_progress_rates_shards_and_chart_come_from_the_shards(served):
         store.commit_shard(job_id, index, claim.token, part=part(index), rows_succeeded=9, rows_failed=1,
                            num_tokens=500)
     store.claim_shard(job_id, 2, worker_id="gpu-7:123", lease_s=60)
-    http = _app(served, keyless=True)
+    http = _app(served, operator=True)
     [listed] = [job for job in http.get("/dashboard/api/jobs").json()["jobs"] if job["id"] == job_id]
     assert (listed["rows_done"], listed["rows_failed"], listed["rows_total"]) == (20, 2, 30)
     assert listed["percent"] == pytest.approx(66.7) and listed["rows_per_s"] > 0 and listed["owner_name"] == "alice"
@@ -120,9 +173,9 @@ def test_the_job_page_shows_the_fp8_check_and_the_cost(served, monkeypatch):
     store.commit_shard(job_id, 0, claim.token, part=part(0), rows_succeeded=10, rows_failed=0, num_tokens=1000,
                        engine={"model": "all-MiniLM-L6-v2", "device": "cpu"})
     monkeypatch.setenv("BARGE_PRICE_PER_HOUR", "3600")   # one unit per worker-second
-    page = _app(served, keyless=True).get(f"/dashboard/jobs/{job_id}").text
+    page = _app(served, operator=True).get(f"/dashboard/jobs/{job_id}").text
     assert "fp8 vs float32 on 8 rows of shard 0: embedding cosine mean 0.99991, min 0.99950" in page
-    found = _app(served, keyless=True).get(f"/dashboard/api/jobs/{job_id}").json()["report"]
+    found = _app(served, operator=True).get(f"/dashboard/api/jobs/{job_id}").json()["report"]
     assert found["cost"]["price_per_hour"] == 3600 and found["cost"]["total"] >= 0
     assert "worker-hours at 3600" in page and "device=cpu" in page and "model=all-MiniLM-L6-v2" in page
 
@@ -138,7 +191,7 @@ def test_workers_show_their_heartbeat_engines_and_current_shards_to_whom_they_ma
                                               started_at=now - 60, heartbeat_at=now))
     WorkerBeats(store.engine).beat(WorkerBeat(id="gpu-7:123", models=["all-MiniLM-L6-v2"], engines=[engine],
                                               started_at=now - 60, heartbeat_at=now + 1))   # an update, not a second row
-    http = _app(served, keyless=True)
+    http = _app(served, operator=True)
     [worker] = http.get("/dashboard/api/workers").json()["workers"]
     assert worker["state"] == "alive" and worker["engines"][0]["num_steps"] == 42
     assert worker["shards"] == [{"job_id": job_id, "index": 0, "attempt": 1,
@@ -160,7 +213,7 @@ def test_no_page_shows_a_secret(served):
     store.outbox.record("msg_dash1", claimed.attempts, ok=False, status_code=500,
                         error=f"HTTP 500 from {event_secret_url}", latency_s=0.01,
                         next_attempt_at=time.time() + 60)
-    http = _app(served, keyless=True)
+    http = _app(served, operator=True)
     pages = [http.get(path).text for path in ("/dashboard/jobs", f"/dashboard/jobs/{job_id}",
                                              f"/dashboard/jobs/{job_id}?fragment=1", f"/dashboard/api/jobs/{job_id}",
                                              "/dashboard/api/jobs", "/dashboard/workers")]
@@ -184,7 +237,7 @@ def test_schedules_show_runs_with_rows_computed_and_reused_to_the_operator_only(
         claim = store.claim_shard(job_id, index, worker_id="w:1", lease_s=60)
         store.commit_shard(job_id, index, claim.token, part=part(index), rows_succeeded=10, rows_failed=0,
                            rows_reused=reused)
-    http = _app(served, keyless=True)
+    http = _app(served, operator=True)
     page = http.get("/dashboard/schedules").text
     assert "nightly" in page and "0 2 * * *" in page and "Europe/Paris" in page
     row = page[page.index(job_id[:12]):]
@@ -233,7 +286,7 @@ def test_a_workers_heartbeat_reports_its_engines_steps_and_its_clean_stop(store)
 def test_the_job_page_stops_polling_once_nothing_can_change(served):
     from jobs.status import JobStatus
     from jobs.store import OutboxEvent
-    store, http = served["store"], _app(served, keyless=True)
+    store, http = served["store"], _app(served, operator=True)
     running, pending, quiet = served["owned"], served["unowned"], new_job(store)
     assert store.start_job(running, make_plans(1))
     store.finish_job(pending, JobStatus.FAILED, error="boom",

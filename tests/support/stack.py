@@ -77,9 +77,20 @@ class Stack:
         process.log_path = log_path
         return process
 
-    def create_api_key(self, name: str) -> str:
+    def login_url(self, server: subprocess.Popen, timeout_s: float = 60.0) -> str:
+        """The one-time operator login URL `barge serve` printed at start."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in Path(server.log_path).read_text().splitlines():
+                if "/dashboard/login?ticket=" in line:
+                    return line[line.index("http"):].strip()
+            time.sleep(0.1)
+        raise RuntimeError(f"barge serve printed no login URL:\n{Path(server.log_path).read_text()[-3000:]}")
+
+    def create_api_key(self, name: str, *, operator: bool = False) -> str:
         """A new API key, made with `barge api-key create` as an operator does."""
-        done = subprocess.run([sys.executable, "-m", "jobs.cli", "api-key", "create", "--name", name],
+        done = subprocess.run([sys.executable, "-m", "jobs.cli", "api-key", "create", "--name", name,
+                               *(["--operator"] if operator else [])],
                               env={**os.environ, **self.env}, capture_output=True, text=True, check=True)
         return done.stdout.strip().splitlines()[-1]
 
