@@ -1,11 +1,12 @@
 """An OpenAI batch input file, checked line by line before anything is queued.
 
 Each line is {"custom_id", "method": "POST", "url": ENDPOINT, "body": {...}} with the
-body of the synchronous endpoint. A file that breaks a rule is refused as OpenAI refuses
-it: the batch is `failed` with one error per bad line ({code, message, param, line},
-lines counted from 1), and no job is made. A good file becomes `BatchRequests`: one row
-per prompt or embedding input (a line may hold several: a list `input` or `prompt`),
-the Barge params they share, and what formatting each line asks for.
+body of the synchronous endpoint, each line read as strict JSON (api.json_lines). A file
+that breaks a rule is refused as OpenAI refuses it: the batch is `failed` with one error
+per bad line ({code, message, param, line}, physical lines counted from 1), and no job
+is made. A good file becomes `BatchRequests`: one row per prompt or embedding input (a
+line may hold several: a list `input` or `prompt`), the Barge params they share, and
+what formatting each line asks for.
 
 NOTE: a Barge job has one model, so every line of a batch must ask for the same one
 (as OpenAI requires). Sampling params may differ per line (max_tokens, temperature,
@@ -17,9 +18,9 @@ column has one width.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from api.json_lines import NotJson, cut, json_type, load_line, physical_lines, shown
 from engine.generate.structured import from_response_format
 
 CHAT = "/v1/chat/completions"
@@ -91,7 +92,7 @@ def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str]) -> Bat
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         return [LineError("invalid_file", f"the file is not UTF-8 text ({error.reason} at byte {error.start})")]
-    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    lines = list(physical_lines(text))   # numbered as an editor shows them (api.json_lines)
     if not lines:
         return [LineError("empty_file", "the file has no requests")]
     if len(lines) > MAX_REQUESTS:
@@ -105,7 +106,7 @@ def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str]) -> Bat
             request = _parse_line(line, endpoint)
             custom_id = request["custom_id"]
             if custom_id in first_line:
-                raise _Refused("duplicate_custom_id", f"the custom_id {custom_id!r} is a duplicate of line "
+                raise _Refused("duplicate_custom_id", f"the custom_id {shown(custom_id)} is a duplicate of line "
                                                       f"{first_line[custom_id]}'s; custom_id must be unique in a batch",
                                "custom_id")
             first_line[custom_id] = number
@@ -131,23 +132,26 @@ def _with_logprobs_column(batch: BatchRequests) -> BatchRequests:
 
 def _parse_line(line: str, endpoint: str) -> dict:
     try:
-        request = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise _Refused("invalid_json_line", f"this line is not valid JSON ({error.msg} at column {error.colno})")
+        request = load_line(line)
+    except NotJson as error:
+        raise _Refused("invalid_json_line", f"this line is not valid JSON ({error})") from None
     if not isinstance(request, dict):
-        raise _Refused("invalid_json_line", "each line must be a JSON object")
+        raise _Refused("invalid_json_line", f"each line must be a JSON object, not {json_type(request)}")
     custom_id = request.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         raise _Refused("missing_required_parameter", "the request has no custom_id (a non-empty string)", "custom_id")
     if len(custom_id) > 512:
         raise _Refused("invalid_value", "custom_id is longer than 512 characters", "custom_id")
     if request.get("method") != "POST":
-        raise _Refused("invalid_value", f"method must be \"POST\", got {request.get('method')!r}", "method")
+        raise _Refused("invalid_value", f"method must be \"POST\", got {shown(request.get('method'))}", "method")
     if request.get("url") != endpoint:
-        raise _Refused("mismatched_endpoint", f"the request's url {request.get('url')!r} is not the batch's "
+        raise _Refused("mismatched_endpoint", f"the request's url {shown(request.get('url'))} is not the batch's "
                                               f"endpoint {endpoint}", "url")
-    if not isinstance(request.get("body"), dict):
+    body = request.get("body")
+    if body is None:
         raise _Refused("missing_required_parameter", "the request has no body object", "body")
+    if not isinstance(body, dict):
+        raise _Refused("invalid_value", f"the request's body must be a JSON object, not {json_type(body)}", "body")
     return request
 
 
@@ -156,8 +160,8 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
     body = request["body"]
     unknown = sorted(set(body) - ACCEPTED_FIELDS[endpoint])
     if unknown:
-        raise _Refused("unsupported_parameter", f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} "
-                                                f"not supported by this server for {endpoint}", f"body.{unknown[0]}")
+        raise _Refused("unsupported_parameter", f"{_names(unknown)} {'is' if len(unknown) == 1 else 'are'} not "
+                                                f"supported by this server for {endpoint}", f"body.{cut(unknown[0])}")
     model = _model(body, endpoint, known_models)
     params = _job_params(body, endpoint)
     inputs = _inputs(body, endpoint)
@@ -165,7 +169,7 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
     if batch is None:
         batch = BatchRequests(endpoint=endpoint, model=model, params=job_params)
     elif model != batch.model:
-        raise _Refused("mismatched_model", f"the model {model!r} differs from the batch's {batch.model!r}; "
+        raise _Refused("mismatched_model", f"the model {shown(model)} differs from the batch's {batch.model!r}; "
                                            "a batch takes one model", "body.model")
     elif job_params != batch.params:
         raise _Refused("mismatched_parameters", f"this line asks for {params}, the first line for {batch.params}; "
@@ -189,10 +193,10 @@ def _model(body: dict, endpoint: str, known_models: dict[str, str]) -> str:
         raise _Refused("missing_required_parameter", "the body has no model", "body.model")
     mode = known_models.get(model)
     if mode is None:
-        raise _Refused("model_not_found", f"the model {model!r} does not exist; this server serves "
+        raise _Refused("model_not_found", f"the model {shown(model)} does not exist; this server serves "
                                           f"{', '.join(sorted(known_models)) or 'none'}", "body.model")
     if mode != ENDPOINT_MODES[endpoint]:
-        raise _Refused("model_not_found", f"the model {model!r} is a model for {mode}, not for {endpoint}",
+        raise _Refused("model_not_found", f"the model {shown(model)} is a model for {mode}, not for {endpoint}",
                        "body.model")
     return model
 
@@ -202,7 +206,7 @@ def _job_params(body: dict, endpoint: str) -> dict:
         dimensions = body.get("dimensions")
         if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
                                        or dimensions < 1):
-            raise _Refused("invalid_value", f"dimensions must be a positive integer, got {dimensions!r}",
+            raise _Refused("invalid_value", f"dimensions must be a positive integer, got {shown(dimensions)}",
                            "body.dimensions")
         if body.get("encoding_format", "float") not in ("float", "base64"):
             raise _Refused("invalid_value", "encoding_format must be \"float\" or \"base64\"", "body.encoding_format")
@@ -214,7 +218,7 @@ def _sampling_params(body: dict, endpoint: str) -> dict:
     if body.get("stream"):
         raise _Refused("invalid_value", "stream is not supported in a batch", "body.stream")
     if body.get("n", 1) != 1:
-        raise _Refused("invalid_value", f"n must be 1, got {body.get('n')!r}", "body.n")
+        raise _Refused("invalid_value", f"n must be 1, got {shown(body.get('n'))}", "body.n")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", DEFAULT_MAX_TOKENS))
     params = {"max_tokens": max_tokens, "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0)}
     if body.get("seed") is not None:
@@ -223,16 +227,24 @@ def _sampling_params(body: dict, endpoint: str) -> dict:
     if stop is not None:
         params["stop"] = [stop] if isinstance(stop, str) else stop
     _check_sampling(params)
-    try:    # its shape here; a schema that does not compile becomes the request's error (jobs.row_params)
-        structured = from_response_format(body.get("response_format"))
-    except ValueError as error:
-        raise _Refused("invalid_value", str(error), "body.response_format")
+    structured = _structured(body.get("response_format"))
     if structured is not None:
         params["structured"] = structured
     num_top = _logprobs(body, endpoint)
     if num_top is not None:
         params["logprobs"] = num_top
     return params
+
+
+def _structured(response_format: object) -> dict | None:
+    """Its shape here; a schema that does not compile becomes the request's error (jobs.row_params)."""
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema" and not isinstance(
+            response_format.get("json_schema"), dict):   # from_response_format would raise AttributeError
+        raise _Refused("invalid_value", "response_format.json_schema must be an object", "body.response_format")
+    try:
+        return from_response_format(response_format)
+    except ValueError as error:   # it echoes the type asked for: cut
+        raise _Refused("invalid_value", cut(str(error), 120), "body.response_format")
 
 
 def _logprobs(body: dict, endpoint: str) -> int | None:
@@ -242,7 +254,7 @@ def _logprobs(body: dict, endpoint: str) -> int | None:
     if endpoint == CHAT:
         asked, num_top = body.get("logprobs"), body.get("top_logprobs")
         if asked is not None and not isinstance(asked, bool):
-            raise _Refused("invalid_value", f"logprobs must be a boolean, got {asked!r}", "body.logprobs")
+            raise _Refused("invalid_value", f"logprobs must be a boolean, got {shown(asked)}", "body.logprobs")
         if num_top is not None and not asked:
             raise _Refused("invalid_value", "top_logprobs needs logprobs set to true", "body.top_logprobs")
         if not asked:
@@ -255,24 +267,25 @@ def _logprobs(body: dict, endpoint: str) -> int | None:
     num_top = 0 if num_top is None else num_top
     if isinstance(num_top, bool) or not isinstance(num_top, int) or not 0 <= num_top <= maximum:
         raise _Refused("invalid_value", f"{param.removeprefix('body.')} must be an integer from 0 to {maximum}, got "
-                                        f"{num_top!r}", param)
+                                        f"{shown(num_top)}", param)
     return num_top
 
 
 def _check_sampling(params: dict) -> None:
     max_tokens = params["max_tokens"]
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise _Refused("invalid_value", f"max_tokens must be a positive integer, got {max_tokens!r}", "body.max_tokens")
+        raise _Refused("invalid_value", f"max_tokens must be a positive integer, got {shown(max_tokens)}",
+                       "body.max_tokens")
     for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
         value = params[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            raise _Refused("invalid_value", f"{name} must be a number from {low:g} to {high:g}, got {value!r}",
+            raise _Refused("invalid_value", f"{name} must be a number from {low:g} to {high:g}, got {shown(value)}",
                            f"body.{name}")
     if params["top_p"] == 0:
         raise _Refused("invalid_value", "top_p must be above 0", "body.top_p")
     seed = params.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise _Refused("invalid_value", f"seed must be a non-negative integer, got {seed!r}", "body.seed")
+        raise _Refused("invalid_value", f"seed must be a non-negative integer, got {shown(seed)}", "body.seed")
     stop = params.get("stop")
     if stop is not None and (not isinstance(stop, list) or len(stop) > 4
                              or not all(isinstance(s, str) and s for s in stop)):
@@ -311,6 +324,11 @@ def _message(message: object, index: int) -> dict:
         raise _Refused("invalid_value", "content must be a string or a list of text parts", f"{param}.content")
     # developer is OpenAI's newer name for system; chat templates know system
     return {"role": "system" if message["role"] == "developer" else message["role"], "content": content}
+
+
+def _names(names: list[str]) -> str:
+    listed = ", ".join(cut(name) for name in names[:4])
+    return listed + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
 MAX_WINDOW_S = 86_400

@@ -13,6 +13,7 @@ import json
 import time
 
 from api.batch_input import ENDPOINT_MODES, BatchRequests, LineError, parse_batch
+from api.json_lines import NotJson, load_line, physical_lines, shown
 from api.batch_output import BatchOutput, batch_output
 from api.batch_store import read_requests, write_requests
 from jobs.api_batches import owes_partial_manifest
@@ -92,15 +93,14 @@ def _wait_for_partial_manifest(job: Job) -> None:
 
 def _endpoint(data: bytes) -> str:
     """The url of the file's first request (every line must name the same, parse_batch checks)."""
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        if line.strip():
-            try:
-                url = json.loads(line).get("url")
-            except (ValueError, AttributeError):
-                break
-            if url in ENDPOINT_MODES:
-                return url
-            raise JobSpecError("input", f"line 1: url {url!r} is not one of {', '.join(ENDPOINT_MODES)}")
+    for number, line in physical_lines(data.decode("utf-8", errors="replace")):
+        try:
+            url = load_line(line).get("url")
+        except (NotJson, AttributeError):
+            break
+        if url in ENDPOINT_MODES:
+            return url
+        raise JobSpecError("input", f"line {number}: url {shown(url)} is not one of {', '.join(ENDPOINT_MODES)}")
     raise JobSpecError("input", "the first request is not a JSON object with a url")
 
 

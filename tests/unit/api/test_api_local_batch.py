@@ -32,6 +32,18 @@ def test_a_bad_file_is_refused_naming_its_lines(tmp_path):
     assert refused.value.field == "input"
 
 
+def test_a_first_line_nested_too_deep_is_refused_and_u2028_is_text(tmp_path):
+    """`barge submit` finds the file's endpoint with the API's JSONL reader (api.json_lines):
+    a first line 100,000 deep is the input's error, not a RecursionError."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(JobSpecError, match="not a JSON object with a url"):
+        check_jsonl(str(deep))
+    line = {**embed_line("a"), "body": {"model": "minilm", "input": "one\u2028two"}}
+    (tmp_path / "u.jsonl").write_text(json.dumps(line, ensure_ascii=False) + "\r\n")
+    assert check_jsonl(str(tmp_path / "u.jsonl")).row_inputs == ["one\u2028two"]
+
+
 def test_dry_run_shows_the_job_and_queues_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("BARGE_DATA_DIR", str(tmp_path / "data"))
     source = write_lines(tmp_path / "b.jsonl", embed_line("a"), embed_line("b"))
