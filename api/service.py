@@ -29,6 +29,7 @@ from queueing.failpoints import failpoint
 from storage.fs import join
 from storage.errors import StorageError
 from storage.manifest import read_results
+from storage.redaction import redact_text, redact_url
 
 log = logging.getLogger("barge.api")
 
@@ -209,7 +210,7 @@ def _job_rows(output: str, status: JobStatus) -> list[dict]:
     except (StorageError, OSError, ValueError) as error:
         if status == JobStatus.SUCCEEDED:
             raise
-        log.info("%s: no committed rows (%s)", output, error)
+        log.info("%s: no committed rows (%s)", redact_url(output), redact_text(str(error)))
         return []
 
 

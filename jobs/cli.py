@@ -31,7 +31,7 @@ from jobs.secret_admin import add_secret_commands
 from jobs.schedules import ScheduleError
 from jobs.webhook_admin import add_webhook_commands
 from storage.errors import StorageError
-from storage.fs import redact, redact_urls
+from storage.redaction import redact_text, redact_url
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,13 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args) or 0
     except JobSpecError as exc:
-        print(f"barge: job refused: {exc}", file=sys.stderr)
+        print(f"barge: job refused: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     except ScheduleError as exc:
         print(f"barge: schedule refused: {exc}", file=sys.stderr)
         return 2
     except (KeyError, JobFailed, TimeoutError, ValueError, StorageError) as exc:
-        print(f"barge: {redact_urls(str(exc.args[0] if exc.args else exc))}", file=sys.stderr)
+        print(f"barge: {redact_text(str(exc.args[0] if exc.args else exc))}", file=sys.stderr)
         return 1
 
 
@@ -270,7 +270,7 @@ def _jobs(args) -> int:
         rate = (t.recent_rows_per_s or t.rows_per_s) if t else None
         eta = "" if state.is_finished or t is None else format_duration(t.eta_s)
         print(f"{state.job_id:32}  {str(state.status):10}  {state.rows_done:>9}  {state.rows_failed:>7}  "
-              f"{state.rows_total:>9}  {'-' if rate is None else f'{rate:,.1f}':>8}  {eta:>6}  {redact(state.output)}")
+              f"{state.rows_total:>9}  {'-' if rate is None else f'{rate:,.1f}':>8}  {eta:>6}  {redact_url(state.output)}")
     return 0
 
 
@@ -310,9 +310,9 @@ def _print_status(state: JobProgress) -> None:
               f"{format_rate(t.rows_per_s, 'rows')}, {format_rate(t.tokens_per_s, 'tokens')} overall")
         eta = "" if state.is_finished else f"; ETA {format_duration(t.eta_s)}"
         print(f"  time: {format_duration(t.queued_s)} queued, {format_duration(t.running_s)} running{eta}")
-    print(f"  output: {redact(state.output)}")
+    print(f"  output: {redact_url(state.output)}")
     if state.error:
-        print(f"  error: {redact_urls(state.error)}")
+        print(f"  error: {redact_text(state.error)}")
 
 
 def _has_pandas() -> bool:

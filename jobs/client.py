@@ -27,10 +27,12 @@ if TYPE_CHECKING:
     from jobs.schedule_client import Schedules
 from jobs.throughput import format_duration, format_rate
 from jobs.inspection import keep_inspection
+from jobs.private_files import tighten_data_dir
 from jobs.validate import check_job, encoded_schema
 from queueing.failpoints import failpoint
 from queueing.transient import is_transient
 from storage.manifest import read_errors, read_results
+from storage.redaction import redact_text
 from webhooks.signing import generate_secret
 
 log = logging.getLogger("barge.client")
@@ -52,6 +54,7 @@ class Client:
         if broker_url:
             settings = replace(settings, broker_url=broker_url)
         self.settings = settings
+        tighten_data_dir(settings.data_dir)
         self.store = Store(settings.database_url)
         self.store.migrate()
         self._app = None
@@ -82,7 +85,7 @@ class Client:
             if not is_transient(error):
                 raise
             log.warning("job %s is recorded but its plan task could not be sent (%s); a worker sends it within "
-                        "BARGE_REQUEUE_AFTER_S", job_id, error)
+                        "BARGE_REQUEUE_AFTER_S", job_id, redact_text(str(error)))
         return Job(self, job_id, webhook_secret=secret)
 
     def plan(self, job_id: str) -> None:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from datetime import datetime, timezone
 
 from jobs.schedules import CATCHUP, Schedule
-from storage.fs import redact_urls
+from storage.redaction import redact_text
 
 DAY_S = 86_400.0
 
@@ -119,7 +118,7 @@ def _runs(args) -> int:
     for run in client.schedules.runs(args.name):
         pruned = " (output pruned)" if run.pruned_at else ""
         print(f"{_when(run.period_at, schedule)}  {run.kind:9}  {run.status:9}  job {run.job_id}{pruned}"
-              + (f"  {redact_urls(run.error)}" if run.error else ""))
+              + (f"  {redact_text(run.error)}" if run.error else ""))
     return 0
 
 
@@ -155,7 +154,8 @@ def _prune(args) -> int:
 
 def _beat(args) -> int:
     from jobs.beat import Beat, clock_from_env
-    logging.basicConfig(level=args.loglevel, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from queueing.logs import configure_logging   # the worker's handler: every line through storage.redaction
+    configure_logging(args.loglevel)
     beat = Beat(_client(), clock_from_env(), interval_s=args.interval)
     if args.once:
         result = beat.tick()

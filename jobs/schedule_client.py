@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from jobs.schedule_store import ScheduleRun
 from jobs.schedules import Schedule, check_schedule, render_spec
 from jobs.spec import JobSpec, JobSpecError
+from storage.redaction import redact_text
 from webhooks.signing import generate_secret
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def submit_run(client: "Client", run: ScheduleRun) -> tuple[str, str | None]:
         spec = render_spec(schedule.template, schedule.cron, schedule.timezone, run.period_at, schedule.name)
         client.submit(spec, job_id=run.job_id, webhook_secret=store.schedule_webhook_secret(schedule.id))
     except JobSpecError as exc:
-        log.warning("schedule %s: run for %s refused: %s", schedule.name, run.period_at, exc)
+        log.warning("schedule %s: run for %s refused: %s", schedule.name, run.period_at, redact_text(str(exc)))
         store.finish_run(run, "refused", str(exc))
         return "refused", str(exc)
     except IntegrityError:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
+from jobs.private_files import make_private_dir
+
 KEY_ENV = "BARGE_SECRET_KEY"
 KEY_FILE_NAME = "secret.key"
 PREFIX = "fernet:"
@@ -127,7 +129,7 @@ def read_or_create_key_file(path: Path) -> list[str]:
     link fails for the second, which then reads the first's key, never a partial file.
     """
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent, tighten=False)   # the store's folder, when the key comes first
         write_key_file(path, [generate_key()], replace=False)
     keys = [line.strip() for line in path.read_text().splitlines() if line.strip()]
     if not keys:

@@ -21,9 +21,11 @@ from typing import Iterator
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, create_engine, event, func, select, text, update, insert
+from sqlalchemy.engine import make_url
 
 from jobs import tables
 from jobs.outbox import Outbox, insert_event, release_held
+from jobs.private_files import make_private_sqlite
 from jobs.cache_store import CacheStore
 from jobs.schedule_store import ScheduleStore
 from jobs.secret_box import SecretBox
@@ -65,7 +67,7 @@ class Store(SecretStore, ShardStore, CacheStore, ScheduleStore, RecoveryStore):
         self.secrets = SecretBox.for_store(url) if secrets is None else secrets
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
-            _ensure_sqlite_dir(url)
+            _make_sqlite_file_private(url)
             self.engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
             _make_sqlite_transactions_immediate(self.engine)
         else:
@@ -318,10 +320,12 @@ class Store(SecretStore, ShardStore, CacheStore, ScheduleStore, RecoveryStore):
             return release_held(conn, job_id, now)
 
 
-def _ensure_sqlite_dir(url: str) -> None:
-    path = url.split(":///", 1)[1] if ":///" in url else ""
-    if path and path != ":memory:":
-        Path(os.path.expanduser(path)).parent.mkdir(parents=True, exist_ok=True)
+def _make_sqlite_file_private(url: str) -> None:
+    """The database file 0600 (and so its -wal and -shm) in a 0700 folder, made before
+    SQLite creates it with the umask's 0644 (jobs.private_files)."""
+    database = make_url(url).database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        make_private_sqlite(Path(os.path.expanduser(database)))
 
 
 def _use_wal(cursor, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> None:

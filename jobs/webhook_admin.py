@@ -10,8 +10,10 @@
                                           attempts) settled that long ago; pending never
 
 Nothing here prints or logs a webhook secret: the outbox holds none, and replay reads
-the job's secret only to sign. A URL is shown without its query string or userinfo
-(storage.fs.redact), where a receiver's token often sits.
+the job's secret only to sign. Everything shown goes through storage.redaction: a URL as
+scheme://host/*** (a receiver's token sits in its path or query), the body's metadata
+without values under secret names, errors with their URLs redacted. Replay still sends
+to the whole URL.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from jobs.outbox import EVENT_STATUSES, RETENTION_ENV, parse_duration, retention
 from jobs.records import WebhookRecord
 from jobs.settings import Settings
 from jobs.store import Store
-from storage.fs import redact, redact_urls
+from storage.redaction import redact_text, redact_url, redact_value
 
 DEFAULT_RETENTION_S = 30 * 86_400.0   # what `prune` keeps when neither --older-than nor the environment says
 
@@ -105,7 +107,8 @@ def list_events(store: Store, job_id: str | None, status: str | None, limit: int
 def show_event(store: Store, event_id: str, out: TextIO | None = None) -> int:
     event = store.outbox.event(event_id)
     _print_event(event, out)
-    print(f"  body: {redact_urls(json.dumps(json.loads(event.body), indent=2, sort_keys=True))}", file=out)
+    body = redact_value(json.loads(event.body))
+    print(f"  body: {json.dumps(body, indent=2, sort_keys=True)}", file=out)
     attempts = store.outbox.attempts(event_id)
     print(f"  attempts ({len(attempts)}):", file=out)
     for attempt in attempts:
@@ -114,7 +117,7 @@ def show_event(store: Store, event_id: str, out: TextIO | None = None) -> int:
         else:
             outcome = f"HTTP {attempt.status_code}" if attempt.status_code else "no HTTP answer"
             outcome += f" in {attempt.latency_s:.3f}s"
-            outcome += f": {redact_urls(attempt.error)}" if attempt.error else ""
+            outcome += f": {redact_text(attempt.error)}" if attempt.error else ""
         print(f"    #{attempt.attempt}  {_when(attempt.started_at)}  {outcome}", file=out)
     return 0
 
@@ -126,7 +129,7 @@ def replay_event(store: Store, event_id: str, out: TextIO | None = None) -> int:
 
     event = store.outbox.event(event_id)
     if any(e.url == event.url and e.disabled_at for e in store.outbox.endpoints()):
-        print(f"endpoint {redact(event.url)} is disabled (it answered 410 Gone); re-enable it first: "
+        print(f"endpoint {redact_url(event.url)} is disabled (it answered 410 Gone); re-enable it first: "
               f"barge webhooks enable URL", file=out)
         return 1
     try:
@@ -139,7 +142,7 @@ def replay_event(store: Store, event_id: str, out: TextIO | None = None) -> int:
     if delivered:
         print(f"{event_id} delivered again (HTTP {event.last_status_code})", file=out)
         return 0
-    print(f"{event_id} not delivered now ({redact_urls(event.last_error or 'claimed by a dispatcher')}); "
+    print(f"{event_id} not delivered now ({redact_text(event.last_error or 'claimed by a dispatcher')}); "
           f"status {event.status}"
           + (f", next attempt {_when(event.next_attempt_at)}" if event.status == "pending" else ""), file=out)
     return 1
@@ -149,28 +152,28 @@ def list_endpoints(store: Store, out: TextIO | None = None) -> int:
     print(f"{'STATE':8}  {'SINCE':20}  {'URL':50}  REASON", file=out)
     for endpoint in store.outbox.endpoints():
         state = "disabled" if endpoint.disabled_at else "enabled"
-        print(f"{state:8}  {_when(endpoint.updated_at):20}  {redact(endpoint.url):50}  "
+        print(f"{state:8}  {_when(endpoint.updated_at):20}  {redact_url(endpoint.url):50}  "
               f"{endpoint.disabled_reason or ''}", file=out)
     return 0
 
 
 def enable_endpoint(store: Store, url: str, out: TextIO | None = None) -> int:
     num_held = store.outbox.enable_endpoint(url)
-    print(f"enabled {redact(url)}; {num_held} held event(s) are due now", file=out)
+    print(f"enabled {redact_url(url)}; {num_held} held event(s) are due now", file=out)
     return 0
 
 
 def _print_event(event: WebhookRecord, out: TextIO | None) -> None:
     print(f"event {event.id}: {event.type}, {event.status}", file=out)
     print(f"  job: {event.job_id}", file=out)
-    print(f"  url: {redact(event.url)}", file=out)
+    print(f"  url: {redact_url(event.url)}", file=out)
     print(f"  created: {_when(event.created_at)}", file=out)
     if event.delivered_at:
         print(f"  delivered: {_when(event.delivered_at)}", file=out)
     elif event.status == "pending":
         print(f"  next attempt: {_when(event.next_attempt_at)}", file=out)
     if event.last_error:
-        print(f"  last error: {redact_urls(event.last_error)}", file=out)
+        print(f"  last error: {redact_text(event.last_error)}", file=out)
 
 
 def _when(epoch_s: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu.transport import TRANSPORT_ALIASES
 
+from jobs.private_files import make_private_dir
 from jobs.settings import Settings
 from queueing.routing import CONTROL_QUEUE, queue_name
 
@@ -46,6 +47,7 @@ def create_app(settings: Settings) -> Celery:
 
 def _broker_url(settings: Settings) -> str:
     if settings.is_embedded_broker:
+        make_private_dir(settings.data_dir, tighten=False)   # the broker's folder sits in the data folder
         for folder in ("queue", "control"):
             (settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)
         return f"{EMBEDDED_TRANSPORT}://"

@@ -28,6 +28,7 @@ from queueing.delivery_pool import DeliveryLimits, DeliveryPool
 from queueing.metrics import WorkerMetrics
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
+from storage.redaction import redact_text, redact_url
 from webhooks.deliver import DeliveryResult, send
 from webhooks.events import WebhookEvent
 from webhooks.retry import RetryPolicy, next_delay
@@ -74,7 +75,7 @@ def deliver_event(store: Store, event_id: str, policy: RetryPolicy, *,
                         error=result.error, latency_s=result.latency_s,
                         next_attempt_at=None if delay is None else time.time() + delay,
                         disable_endpoint=result.status_code == 410)
-    _log_attempt(record.id, record.type, record.job_id, record.attempts, result, delay)
+    _log_attempt(record.id, record.type, record.job_id, record.url, record.attempts, result, delay)
     if metrics is not None:
         metrics.webhook_delivery(delivery_outcome(result, delay))
     return result.ok
@@ -89,15 +90,19 @@ def delivery_outcome(result: DeliveryResult, delay: float | None) -> str:
     return "failed" if delay is None else "retrying"
 
 
-def _log_attempt(event_id: str, event_type: str, job_id: str, attempt: int, result: DeliveryResult,
+def _log_attempt(event_id: str, event_type: str, job_id: str, url: str, attempt: int, result: DeliveryResult,
                  delay: float | None) -> None:
-    # Never the URL's query string nor the secret: only ids, status and the redacted error.
+    # Never the secret, and the URL as scheme://host/*** (its path or query may be the
+    # receiver's token): redacted here, not left to the handler's filter, which a process
+    # that did not configure Barge's logging does not have.
+    shown, error = redact_url(url), redact_text(result.error)
     if result.ok:
-        log.info("webhook %s (%s, job %s) delivered: HTTP %s", event_id, event_type, job_id, result.status_code)
+        log.info("webhook %s (%s, job %s) to %s delivered: HTTP %s", event_id, event_type, job_id, shown,
+                 result.status_code)
     elif result.status_code == 410:
-        log.warning("webhook %s: HTTP 410 Gone; its endpoint is disabled until re-enabled", event_id)
+        log.warning("webhook %s: HTTP 410 Gone from %s; its endpoint is disabled until re-enabled", event_id, shown)
     else:
-        log.warning("webhook %s attempt %d failed: %s; %s", event_id, attempt, result.error,
+        log.warning("webhook %s to %s attempt %d failed: %s; %s", event_id, shown, attempt, error,
                     "giving up" if delay is None else f"next attempt in {delay:.1f}s")
 
 

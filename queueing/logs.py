@@ -5,9 +5,14 @@ line logged while a shard runs, and secrets redacted before anything is written.
         log.info("...")     # {"ts": ..., "level": "INFO", ..., "job_id": "...", "shard_id": 3}
 
 NOTE: redaction is a net, not the policy. Code logs ids, counts and redacted errors,
-never input text or webhook bodies; the filter additionally masks anything shaped like
-a secret (webhook secrets, AWS keys, URL passwords, Authorization values, fields named
-like secrets) and drops fields named like row text or bodies, in case one slips in.
+never input text or webhook bodies; the filter additionally runs every record through
+storage.redaction (URLs without userinfo, query or web path; webhook secrets, AWS keys,
+Authorization values and fields named like secrets masked) and drops fields named like
+row text or bodies, in case one slips in. It sits on the handler, not on a logger: a
+handler's filters see every record it writes, Celery's, urllib3's and fsspec's included,
+where a logger's filters would miss the records that propagate from its children. A
+handler Barge did not configure (Barge as a library, uvicorn's) has no such net, so a
+call that formats a URL still redacts it itself (storage.fs.redact).
 """
 
 from __future__ import annotations
@@ -22,35 +27,15 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from storage.fs import redact_urls
-
-MASK = "***"
+from storage.redaction import HIDDEN, is_secret_name, redact_value
+from storage.redaction import redact_text as redact  # noqa: F401  (the name this module's callers use)
 
 _context: contextvars.ContextVar[dict] = contextvars.ContextVar("barge_log_context", default={})
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` or a filter.
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
-_SECRET_FIELD = re.compile(r"secret|password|passwd|token|authorization|api_?key|credential", re.IGNORECASE)
 _CONTENT_FIELD = re.compile(r"^(body|text|texts|input|inputs|prompt|prompts|rows?)$", re.IGNORECASE)
-
-_SECRET_PATTERNS = (
-    (re.compile(r"whsec_[A-Za-z0-9+/=_-]+"), "whsec_" + MASK),                       # webhook signing secrets
-    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),                            # AWS access key ids
-    (re.compile(r"(?i)(aws_secret_access_key|aws_session_token)([\"']?\s*[=:]\s*[\"']?)[^\s\"',;&]+"), r"\1\2" + MASK),
-    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?[^\s\"',;]+"), r"\1" + MASK),
-    (re.compile(r"(?i)\b(password|passwd|secret|api_?key|token)(\s*[=:]\s*)[^\s\"',;&]+"), r"\1\2" + MASK),
-)
-
-
-def redact(text: str) -> str:
-    """`text` with everything shaped like a secret masked."""
-    # URLs first (userinfo and query strings, storage.fs.redact): a password may itself
-    # look like a key (an AWS secret has "/" in it).
-    text = redact_urls(text)
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 @contextmanager
@@ -87,14 +72,14 @@ class RedactingFilter(logging.Filter):
             if name in _STANDARD_ATTRS:
                 continue
             value = getattr(record, name)
-            if _SECRET_FIELD.search(name) and value is not None:
-                setattr(record, name, MASK)
+            if is_secret_name(name) and value is not None:
+                setattr(record, name, HIDDEN)
             elif _CONTENT_FIELD.match(name):
                 setattr(record, name, "[omitted]")
             elif isinstance(value, str):
                 setattr(record, name, redact(value))
             elif isinstance(value, (dict, list, tuple)):
-                setattr(record, name, json.loads(redact(json.dumps(value, default=str))))
+                setattr(record, name, redact_value(json.loads(json.dumps(value, default=str))))
         return True
 
 

@@ -21,6 +21,7 @@ from jobs.cache_keys import keys_depend_on_row_id, row_key
 from jobs.records import JobRecord
 from jobs.store import Store
 from storage.fs import join, open_for_read, resolve
+from storage.redaction import redact_text, redact_url
 from storage.write import write_part
 
 log = logging.getLogger("barge.worker")
@@ -109,7 +110,8 @@ class ResultCache:
             with open_for_read(fs, path) as source:
                 return pq.read_table(source, columns=self.result_columns)
         except Exception as exc:  # noqa: BLE001 - a missing or damaged file is a cache miss
-            log.warning("cache file %s unreadable, computing its rows again: %s", url, exc)
+            log.warning("cache file %s unreadable, computing its rows again: %s", redact_url(url),
+                        redact_text(str(exc)))
             return None
 
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 from celery.signals import worker_shutting_down
 
 from jobs.models import model_mode, resolve_model
+from jobs.private_files import tighten_data_dir
 from jobs.settings import Settings
 from jobs.store import Store
 from queueing.app import create_app
@@ -44,6 +45,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     `device`: the slot this process serves (queueing.devices); None: the engine's default."""
     configure_logging(loglevel)
     settings = settings or Settings.from_env()
+    tighten_data_dir(settings.data_dir)
     store = Store(settings.database_url)
     store.migrate()
     app = create_app(settings)

@@ -5,8 +5,8 @@ Credentials and endpoints come from `storage_options` (passed straight to the
 fsspec filesystem, e.g. s3fs's `key`, `secret`, `client_kwargs`) or from the
 standard environment variables the backend reads itself (AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...). Neither is ever logged or put in
-an error message: use `redact` on any URL that goes into a message, and
-`describe` on any backend error.
+an error message: use `redact` (storage.redaction.redact_url) on any URL that goes
+into a message, and `describe` on any backend error.
 
 On S3 a flaky network is retried in two layers. botocore retries throttling
 (503 SlowDown), 5xx answers, dropped connections and timeouts; set it through
@@ -32,19 +32,17 @@ from typing import IO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+# Barge's one redaction (storage.redaction), under the names storage's modules use:
+# redact(url) for a URL in a message, redact_urls(text) for an error or a log line.
+from storage.redaction import redact_text as redact_urls, redact_url as redact  # noqa: F401
+
 # Object stores: no directories, and no rename (so no atomic move of a temporary file).
 _OBJECT_STORE_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss"}
 
-# "scheme://user:password@host/..." -> "scheme://***@host/..."
-# (a password may hold "/", as an AWS secret key does)
-_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*://)(?:[^/@\s?#:]*:[^@\s?#]*|[^/@\s?#]*)@")
-# "scheme://host/path?token=..." -> "scheme://host/path?***": a query string may carry a
-# token or a signature (a webhook's ?token=, a presigned URL's X-Amz-Signature).
-_QUERY = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*://[^?#\s]*)\?[^#\s]*")
-# A URL anywhere in a longer text, e.g. an endpoint URL inside a backend's error message.
-_URL_ANYWHERE = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s\"'<>]*")
 # storage_options keys (at any depth) whose values are secrets: key, secret, token,
-# aws_secret_access_key, password, account_key, sas_token, client_secret, ...
+# aws_secret_access_key, password, account_key, sas_token, client_secret, ... Broader than
+# storage.redaction's SECRET_NAME on purpose: s3fs's plain "key" is the access key id, and
+# these values are only searched for in error text, never shown.
 _SECRET_OPTION = re.compile(r"key|secret|token|password|credential|sas", re.IGNORECASE)
 # Environment variables a backend may read credentials from.
 _SECRET_ENV = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|ACCOUNT_KEY|CREDENTIAL")
@@ -108,18 +106,6 @@ def open_for_read(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[str | IO
         return
     with fs.open(path, "rb", cache_type="none") as file:
         yield file
-
-
-def redact(url: str) -> str:
-    """`url` without its `user:password@` part and its query string, for messages and
-    logs. Barge's one URL redaction: storage errors, worker logs, webhook URLs and job
-    status all show URLs through it (or through `redact_urls`, which applies it)."""
-    return _QUERY.sub(r"\1?***", _USERINFO.sub(r"\1***@", url))
-
-
-def redact_urls(text: str) -> str:
-    """`text` with `redact` applied to every URL in it (an error message, a log line)."""
-    return _URL_ANYWHERE.sub(lambda match: redact(match.group(0)), text)
 
 
 def describe(error: BaseException, storage_options: dict | None = None) -> str:

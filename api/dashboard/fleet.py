@@ -8,12 +8,12 @@ import time
 
 from sqlalchemy import func, select
 
-from api.dashboard.redaction import redact_text, redact_value
 from jobs import tables
 from jobs.api_tables import api_batches
 from jobs.status import JobStatus, ShardStatus
 from jobs.store import Store
 from jobs.worker_beats import WorkerBeats
+from storage.redaction import redact_text, redact_value
 
 STALE_BEAT_S = 30.0          # a worker whose last beat is older reads as "silent"
 FORGET_AFTER_S = 86_400.0    # workers silent for longer are not listed

@@ -2,8 +2,8 @@
 JSON endpoints. Read-only: nothing here writes.
 
 Ownership: a job belongs to the API key whose batch it runs (jobs.api_batches). A
-viewer with a key sees only those jobs; the operator (no key, on loopback: api.dashboard
-.access) sees every job, CLI and scheduled ones included. Schedules have no owner, so
+viewer with a key sees only those jobs; the operator (an operator key or the login URL's
+session: api.dashboard.access) sees every job, CLI and scheduled ones included. Schedules have no owner, so
 only the operator sees them; a key sees the workers, but only its own jobs' shards on them.
 """
 
@@ -15,13 +15,13 @@ from collections import Counter
 from sqlalchemy import func, select
 
 from api.dashboard.chart import Commit
-from api.dashboard.redaction import redact_text, redact_value, redact_webhook_text, redact_webhook_url
 from jobs import tables
 from jobs.api_tables import api_batches, api_keys
 from jobs.records import JobRecord
 from jobs.status import JobStatus, ShardStatus
 from jobs.store import Store
 from jobs.throughput import RECENT_WINDOW_S, JobTimes, measure
+from storage.redaction import redact_text, redact_url, redact_value
 
 MAX_JOBS = 200
 
@@ -99,13 +99,13 @@ class DashboardReads:
     def webhooks(self, job_id: str) -> list[dict]:
         events = []
         for event in self.store.outbox.events(job_id):
-            events.append({"id": event.id, "type": event.type, "url": redact_webhook_url(event.url),
+            events.append({"id": event.id, "type": event.type, "url": redact_url(event.url),
                            "status": event.status, "num_attempts": event.attempts,
-                           "last_status_code": event.last_status_code, "last_error": redact_webhook_text(event.last_error),
+                           "last_status_code": event.last_status_code, "last_error": redact_text(event.last_error),
                            "created_at": event.created_at, "delivered_at": event.delivered_at,
                            "attempts": [{"attempt": a.attempt, "started_at": a.started_at,
                                          "finished_at": a.finished_at, "status_code": a.status_code,
-                                         "latency_s": a.latency_s, "error": redact_webhook_text(a.error),
+                                         "latency_s": a.latency_s, "error": redact_text(a.error),
                                          "ok": a.status_code is not None and 200 <= a.status_code < 300}
                                         for a in self.store.outbox.attempts(event.id)]})
         return events

@@ -29,7 +29,7 @@ def test_describe_scrubs_option_values_userinfo_and_environment(monkeypatch):
     text = describe(error, leaky_options())
     assert_no_credentials(text)
     assert "env-secret-value" not in text
-    assert text == "OSError: could not reach http://***@host/b with token *** and ***"
+    assert text == "OSError: could not reach http://***@host/*** with token *** and ***"   # a web path is masked too
 
 
 @pytest.mark.parametrize("call", [
