@@ -3,6 +3,7 @@
 At start it prints the one-time login URL of the dashboard (api.auth.LoginTicket) to
 stderr, for the person at the machine, as Jupyter prints its token. uvicorn's access log
 is kept, without query strings: a key or ticket someone put in a URL never lands in a log.
+Barge's own log lines go through queueing.logs' handler, which redacts them (storage.redaction).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", *,
     import uvicorn
 
     from api.app import create_app
+    from queueing.logs import configure_logging
 
+    configure_logging(log_level.upper())   # Barge's own lines: through the redaction, as a worker's
     ticket = LoginTicket() if login_url else None
     app = create_app(allowed_hosts=allowed_hosts_for(host, allowed_hosts), login_ticket=ticket,
                      secure_cookies=secure_cookies)
