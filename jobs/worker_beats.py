@@ -36,6 +36,7 @@ class EngineBeat:
     kv_cache_usage: float | None = None     # at the last step; None: no KV cache (embed) or no step yet
     num_seqs: int | None = None             # in the last step's batch
     device: dict | None = None              # its process's device figures (queueing.device_telemetry.DeviceFigures)
+    stall: str | None = None                # the process exited because this engine stalled: why (queueing.stall)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,12 @@ class WorkerBeats:
             query = query.where(workers.c.heartbeat_at >= since)
         with self.engine.connect() as conn:
             return [_beat(row) for row in conn.execute(query)]
+
+
+def num_stalled(engine: Engine) -> int:
+    """Workers whose last beat says an engine stalled (kept until their rows are pruned)."""
+    with engine.connect() as conn:
+        return len(conn.execute(select(workers.c.id).where(workers.c.engines.like('%"stall": "%'))).all())
 
 
 def _beat(row) -> WorkerBeat:

@@ -4,7 +4,10 @@
 
 `crash_on_input=VALUE` makes the worker process die at once (as from SIGKILL or an OOM
 kill) when a shard holding that exact input reaches the engine: the way a poisoned row
-takes a real worker down, repeatably.
+takes a real worker down, repeatably. `hang_on_input=VALUE` blocks the engine thread for
+ever, in a wait that releases the GIL (as a CUDA synchronisation that never returns, or a
+read from a stalled mount), when rows holding that input reach the engine: the lease
+thread goes on renewing, which only the engine watchdog (queueing.stall) notices.
 
 The named points of a job's lifecycle (POINTS) take an action:
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -50,6 +54,12 @@ def crash_if_poisoned(inputs: list) -> None:
     poison = _failpoints().get("crash_on_input")
     if poison is not None and poison in inputs:
         os._exit(137)
+
+
+def hang_if_poisoned(inputs: list) -> None:
+    poison = _failpoints().get("hang_on_input")
+    if poison is not None and poison in inputs:
+        threading.Event().wait()   # never set: the thread waits for ever, without the GIL
 
 
 def failpoint(name: str) -> None:

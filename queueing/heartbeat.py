@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 
 from jobs.worker_beats import EngineBeat, WorkerBeat, WorkerBeats
 from queueing.device_telemetry import DeviceTelemetry
@@ -74,10 +75,12 @@ class Heartbeat(threading.Thread):
         self.stopped.set()
         self.beat(stopped_at=time.time())
 
-    def beat(self, stopped_at: float | None = None) -> None:
+    def beat(self, stopped_at: float | None = None, stall: str | None = None) -> None:
+        """`stall`: the last beat of a process whose engine stalled (queueing.stall), and why."""
         try:
+            engines = [replace(e, stall=stall) for e in self._engines()] if stall else self._engines()
             self.beats.beat(WorkerBeat(id=self.runtime.worker_id, models=sorted(self.runtime.models),
-                                       engines=self._engines(), started_at=self.started_at,
+                                       engines=engines, started_at=self.started_at,
                                        heartbeat_at=time.time(), stopped_at=stopped_at))
         except Exception:   # a database blip: the next beat tries again
             log.warning("heartbeat failed", exc_info=True)

@@ -47,8 +47,10 @@ OCCUPANCY_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0, float("inf"))   # ove
 
 
 class WorkerMetrics:
-    def __init__(self, shard_counts: Callable[[], dict[tuple[str, str], int]] | None = None):
-        """`shard_counts`: (model key, "pending" | "running") -> shards, read from SQL per scrape."""
+    def __init__(self, shard_counts: Callable[[], dict[tuple[str, str], int]] | None = None,
+                 stalled_workers: Callable[[], int] | None = None):
+        """`shard_counts`: (model key, "pending" | "running") -> shards, read from SQL per scrape;
+        `stalled_workers`: worker processes that exited because their engine stalled (SQL)."""
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.rows = Counter("barge_rows_processed", "Rows of committed shards, failed rows included.",
@@ -66,6 +68,8 @@ class WorkerMetrics:
         self._add_engine_metrics()
         if shard_counts is not None:
             r.register(_SqlShardCounts(shard_counts))
+        if stalled_workers is not None:
+            r.register(_SqlStalls(stalled_workers))
         self._engines = _EngineOoms()
         r.register(self._engines)
         self._server = None
@@ -211,6 +215,28 @@ class _SqlShardCounts:
             (pending if state == "pending" else running).add_metric([model], count)
         yield pending
         yield running
+
+
+class _SqlStalls:
+    """barge_engine_stalls: worker processes whose engine stalled and that exited for it
+    (queueing.stall), from their last heartbeat rows: a process that stalls cannot count
+    itself, so every worker reports the fleet's count, read from SQL per scrape."""
+
+    def __init__(self, count: Callable[[], int]):
+        self.count = count
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        try:
+            count = self.count()
+        except Exception:   # a database blip must not break the scrape of the other metrics
+            log.warning("reading engine stalls for metrics failed", exc_info=True)
+            return
+        yield GaugeMetricFamily("barge_engine_stalls", "Worker processes that exited because their engine made no "
+                                "progress within BARGE_ENGINE_STALL_S (from the workers' last heartbeats, kept "
+                                "until their rows are pruned; the same on every worker).", value=count)
 
 
 class _EngineOoms:

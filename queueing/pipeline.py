@@ -40,6 +40,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from queueing.failpoints import hang_if_poisoned
 from queueing.generate_feed import GenerateFeed
 from queueing.logs import log_context
 from queueing.runtime import Runtime
@@ -198,7 +199,10 @@ class ShardPipeline:
                 touched[id(work)] = work
         try:
             if feed.num_requests:
-                touched.update((id(work), work) for work in feed.step())
+                with self.runtime.watch.busy(f"a generate step of {feed.model_key} ({feed.num_requests} requests)",
+                                             feed.engine):
+                    hang_if_poisoned([work.inputs[row] for work, rows, _ in additions for row in rows])
+                    touched.update((id(work), work) for work in feed.step())
         except Exception as exc:   # the engine failed: every shard with rows in it fails
             self._fail(feed.abort_all(), exc)
             return

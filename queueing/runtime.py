@@ -20,6 +20,7 @@ from jobs.store import Store
 from queueing.devices import DeviceSlot
 from queueing.metrics import WorkerMetrics
 from queueing.routing import model_queue, queue_name
+from queueing.stall import EngineWatch
 from queueing.usage import engine_settings
 
 log = logging.getLogger("barge.worker")
@@ -84,6 +85,7 @@ class Runtime:
     pipeline: object | None = None         # queueing.pipeline.ShardPipeline when pipeline_depth > 0
     deliveries: object | None = None       # queueing.delivery_pool.DeliveryPool of the worker's Dispatcher
     device: DeviceSlot | None = None       # the slot this process serves (queueing.devices); None: engine default
+    watch: EngineWatch = field(default_factory=EngineWatch)   # engine progress; its watchdog runs in `barge worker`
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def engine_for(self, model_key: str, mode: str, quantization: str | None = None, dtype: str | None = None,
@@ -96,7 +98,9 @@ class Runtime:
         with self._lock:
             engine = self.engines.get(key)
             if engine is None:
-                engine = self._load_engine(model_key, mode, quantization, dtype, kv_cache_dtype)
+                with self.watch.busy(f"loading {model_key} for {mode}", loading=True):
+                    engine = self._load_engine(model_key, mode, quantization, dtype, kv_cache_dtype)
+                self.watch.watch(engine)
                 self.metrics.observe_engine(engine, model_key, mode)
                 self.engines[key] = engine
             return engine
@@ -122,8 +126,10 @@ class Runtime:
     def load_engine(self, model_key: str, mode: str, quantization: str | None = None):
         """A fresh engine that this runtime does not keep (the unquantized baseline of a
         job's FP8 check): the caller drops it when done."""
-        with self._lock:
-            return self._load_engine(model_key, mode, quantization)
+        with self._lock, self.watch.busy(f"loading {model_key} for {mode} (a baseline)", loading=True):
+            engine = self._load_engine(model_key, mode, quantization)
+        self.watch.watch(engine)
+        return engine
 
     def _load_engine(self, model_key: str, mode: str, quantization: str | None, dtype: str | None = None,
                      kv_cache_dtype: str | None = None):

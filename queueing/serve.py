@@ -3,7 +3,8 @@
 The pool is `solo`: the task runs in the process that holds the engine, so nothing is
 forked after the model (or CUDA) is initialised, and the engine stays loaded between
 shards. The worker also serves the control queue (planning, finalizing) and runs the
-webhook dispatcher thread.
+webhook dispatcher thread, and the engine watchdog (queueing.stall): an engine that makes
+no progress ends the process, so that its shards are not held for ever.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 from dataclasses import replace
 
 from celery.signals import worker_shutting_down
@@ -19,6 +22,7 @@ from jobs.models import model_mode, resolve_model
 from jobs.private_files import tighten_data_dir
 from jobs.settings import Settings
 from jobs.store import Store
+from jobs.worker_beats import num_stalled
 from queueing.app import create_app
 from queueing.device_telemetry import DeviceTelemetry
 from queueing.devices import DeviceSlot
@@ -30,6 +34,7 @@ from queueing.housekeeping import Housekeeper
 from queueing.logs import configure_logging
 from queueing.metrics import WorkerMetrics
 from queueing.runtime import Runtime, WorkerOptions, attach_runtime
+from queueing.stall import stall_exit, watch_from_env
 from storage.fs import redact
 
 log = logging.getLogger("barge.worker")
@@ -53,7 +58,11 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     if metrics_port is not None:
         options = replace(options, metrics_port=metrics_port)
     runtime = Runtime(settings=settings, store=store, app=app, options=options,
-                      metrics=WorkerMetrics(store.shard_counts_by_model), device=device)
+                      metrics=WorkerMetrics(store.shard_counts_by_model, lambda: num_stalled(store.engine)),
+                      device=device, watch=watch_from_env())
+    heartbeat = Heartbeat(runtime)
+    runtime.watch.on_stall = lambda reason: _stalled(heartbeat, reason)
+    runtime.watch.start()   # before the models load: a load that hangs is a stall too (its longer limit)
     for name in models:
         ref = resolve_model(name)
         runtime.models[ref.key] = ref
@@ -71,7 +80,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     # task; the shard loop sees the drain deadline and releases its shard if it passes.
     worker_shutting_down.connect(lambda **_: runtime.begin_drain(), weak=False)
     threads = [Dispatcher(runtime, interval_s=float(os.environ.get("BARGE_DISPATCH_INTERVAL_S", "2"))),
-               Housekeeper(runtime), Heartbeat(runtime)]
+               Housekeeper(runtime), heartbeat]
     for thread in threads:
         thread.start()
     if settings.is_embedded_broker:
@@ -90,10 +99,21 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
         if runtime.pipeline is not None:   # Celery has stopped consuming: let the engine finish (or release)
             runtime.begin_drain()
             runtime.pipeline.close(timeout_s=options.drain_grace_s + 30)
+        runtime.watch.stop()
         for thread in threads:
             thread.stop()
         runtime.metrics.close()
     return _exit_status(status, was_draining)
+
+
+def _stalled(heartbeat: Heartbeat, reason: str) -> None:
+    """The engine stalled: the last beat says why (for the dashboard's workers page and the
+    barge_engine_stalls metric), then the process exits. The beat gets 5 s: the database
+    may be what the engine is stuck on."""
+    beat = threading.Thread(target=heartbeat.beat, kwargs={"stopped_at": time.time(), "stall": reason}, daemon=True)
+    beat.start()
+    beat.join(timeout=5.0)
+    stall_exit(reason)
 
 
 def _slot_suffix(device: DeviceSlot | None) -> str:

@@ -14,6 +14,13 @@ it exactly as a crashed single worker does, and they come back through the lease
                                             after BARGE_DEVICE_MAX_FAULTS within the hour
                                             left down: one bad GPU costs one GPU)
 
+An engine process that stops making progress is replaced too. Its own watchdog
+(queueing.stall) ends a process whose engine is stuck in a call that releases the GIL;
+one that cannot run its watchdog — stopped (SIGSTOP), or hung holding the GIL — is seen
+from here: each process touches a progress file while its engine is healthy, and one
+whose file has been quiet for BARGE_ENGINE_STALL_S (BARGE_ENGINE_LOAD_STALL_S before the
+first touch: imports and model loading) is killed with SIGKILL and restarted as a fault.
+
 The supervisor imports no engine and touches no GPU. SIGTERM or SIGINT is forwarded to
 every engine process, each drains as a single worker does (BARGE_DRAIN_GRACE_S), and the
 supervisor exits 0 once all of them did.
@@ -23,12 +30,16 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from queueing.devices import DeviceSlot, restart_delay
+from queueing.stall import LOAD_STALL_S, PROGRESS_FILE_ENV, STALL_S
 
 log = logging.getLogger("barge.supervisor")
 
@@ -46,6 +57,16 @@ class EngineProcess:
     restart_at: float | None = None                           # monotonic: start again then
     is_unhealthy: bool = False
     num_starts: int = 0
+    progress_file: Path | None = None                         # touched by its engine watchdog (queueing.stall)
+    started_wall: float = 0.0                                 # time.time() of its last start
+
+    def quiet_for(self, now_wall: float) -> tuple[float, bool]:
+        """Seconds since its watchdog last said the engine is healthy (since its start if it
+        has not yet), and whether it has said so at all."""
+        try:
+            return now_wall - max(self.progress_file.stat().st_mtime, self.started_wall), True
+        except (OSError, AttributeError):
+            return now_wall - self.started_wall, False
 
 
 class Supervisor:
@@ -60,6 +81,9 @@ class Supervisor:
         self.metrics_port = metrics_port
         self.stop_timeout_s = stop_timeout_s
         self.is_stopping = False
+        self.stall_s = float(self.env.get("BARGE_ENGINE_STALL_S") or STALL_S)
+        self.load_stall_s = max(float(self.env.get("BARGE_ENGINE_LOAD_STALL_S") or LOAD_STALL_S), self.stall_s)
+        self.progress_dir = Path(tempfile.mkdtemp(prefix="barge-supervisor-"))
 
     def run(self) -> int:
         """Until stopped (0 when every engine process drained cleanly) or until every
@@ -85,11 +109,14 @@ class Supervisor:
 
     def _start(self, engine: EngineProcess) -> None:
         position = self.engines.index(engine)
-        env = {**self.env, **engine.slot.child_env()}
+        engine.progress_file = self.progress_dir / f"engine-{position}.progress"
+        engine.progress_file.unlink(missing_ok=True)
+        env = {**self.env, **engine.slot.child_env(), PROGRESS_FILE_ENV: str(engine.progress_file)}
         argv = list(self.argv)
         if self.metrics_port:
             argv += ["--metrics-port", str(self.metrics_port + position)]
         engine.process = subprocess.Popen(argv, env=env)
+        engine.started_wall = time.time()
         engine.restart_at = None
         engine.num_starts += 1
         log.info("engine process %s started (pid %d, start %d)", engine.slot.label, engine.process.pid,
@@ -104,6 +131,8 @@ class Supervisor:
                     self._start(engine)
                 continue
             status = engine.process.poll()
+            if status is None:
+                status = self._kill_if_quiet(engine)
             if status is None:
                 continue
             engine.process = None
@@ -124,6 +153,18 @@ class Supervisor:
             log.warning("engine process %s exited with status %s; restarting it in %.0f s (its shards come back "
                         "through their leases)", engine.slot.label, status, delay)
 
+    def _kill_if_quiet(self, engine: EngineProcess) -> int | None:
+        """SIGKILL an engine process whose watchdog has been quiet too long; its exit status then."""
+        quiet_s, has_spoken = engine.quiet_for(time.time())
+        limit_s = self.stall_s if has_spoken else self.load_stall_s
+        if quiet_s <= limit_s:
+            return None
+        log.error("engine process %s (pid %d) made no progress for %.0f s (limit %.0f s): stopped, or hung where "
+                  "its own watchdog cannot run; killing it (its shards come back through their leases)",
+                  engine.slot.label, engine.process.pid, quiet_s, limit_s)
+        engine.process.kill()   # SIGKILL ends a stopped process too
+        return engine.process.wait()
+
     def _stop(self) -> int:
         running = [engine.process for engine in self.engines if engine.process is not None]
         for process in running:
@@ -139,6 +180,7 @@ class Supervisor:
                 process.kill()
                 statuses.append(process.wait())
         status = 0 if all(s == 0 for s in statuses) else 1
+        shutil.rmtree(self.progress_dir, ignore_errors=True)
         log.info("supervisor stopped: %d engine processes drained; exit status %d", len(statuses), status)
         return status
 

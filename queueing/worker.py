@@ -24,7 +24,7 @@ from jobs.events import shard_events
 from jobs.records import JobRecord
 from jobs.store import ShardClaim
 from queueing.devices import EXIT_DEVICE_FAULT, is_device_fault
-from queueing.failpoints import crash_if_poisoned, failpoint
+from queueing.failpoints import crash_if_poisoned, failpoint, hang_if_poisoned
 from queueing.inference import infer
 from queueing.lease import LeaseKeeper
 from queueing.quant_check import run_quant_check, wants_quant_check
@@ -198,7 +198,10 @@ def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> No
     inputs = [work.inputs[i] for work, rows in batch for i in rows]
     row_params = ([work.row_params[i] if work.row_params else {} for work, rows in batch for i in rows]
                   if any(work.row_params for work, _ in batch) else None)
-    outputs = infer(engine_of(runtime, first.job), first.job, ids, inputs, row_params)
+    engine = engine_of(runtime, first.job)
+    with runtime.watch.busy(f"{first.job.spec.mode} of {len(inputs)} rows of job {first.job.id}", engine):
+        hang_if_poisoned(inputs)
+        outputs = infer(engine, first.job, ids, inputs, row_params)
     start = 0
     for work, rows in batch:
         work.outputs.extend(outputs[start:start + len(rows)])

@@ -29,6 +29,8 @@ def workers(store: Store, key_id: str | None) -> list[dict]:
     for beat in WorkerBeats(store.engine).list(since=now - FORGET_AFTER_S):
         age = now - beat.heartbeat_at
         state = "stopped" if beat.stopped_at else ("alive" if age <= STALE_BEAT_S else "silent")
+        if any(engine.stall for engine in beat.engines):
+            state = "stalled"   # it exited because an engine made no progress (queueing.stall)
         found.append({"id": beat.id, "state": state, "models": beat.models, "heartbeat_age_s": age,
                       "heartbeat_at": beat.heartbeat_at, "started_at": beat.started_at,
                       "engines": [redact_value(engine.__dict__) for engine in beat.engines],

@@ -202,6 +202,25 @@ def test_workers_show_their_heartbeat_engines_and_current_shards_to_whom_they_ma
     assert seen_by_bob["shards"] == []   # not his job
 
 
+def test_a_worker_whose_engine_stalled_reads_stalled_with_the_reason(served):
+    from dataclasses import replace
+
+    from jobs.worker_beats import num_stalled
+    store, now = served["store"], time.time()
+    engine = EngineBeat(settings={"model": "all-MiniLM-L6-v2", "mode": "embed", "device": "cpu"}, num_steps=7)
+    reason = "no engine step for 301 s (limit 300 s) in embed of 256 rows of job j1, busy for 301 s"
+    WorkerBeats(store.engine).beat(WorkerBeat(id="gpu-8:9", models=["all-MiniLM-L6-v2"],
+                                              engines=[replace(engine, stall=reason)], started_at=now - 600,
+                                              heartbeat_at=now, stopped_at=now))
+    WorkerBeats(store.engine).beat(WorkerBeat(id="gpu-8:10", models=["all-MiniLM-L6-v2"], engines=[engine],
+                                              started_at=now, heartbeat_at=now))
+    http = _app(served, operator=True)
+    states = {w["id"]: w["state"] for w in http.get("/dashboard/api/workers").json()["workers"]}
+    assert states == {"gpu-8:9": "stalled", "gpu-8:10": "alive"}
+    assert "stalled: no engine step for 301 s" in http.get("/dashboard/workers").text
+    assert num_stalled(store.engine) == 1   # the barge_engine_stalls metric
+
+
 def test_no_page_shows_a_secret(served):
     store, job_id = served["store"], served["owned"]
     event_secret_url = SECRET_URL
