@@ -21,6 +21,7 @@ import logging
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -88,21 +89,35 @@ def _build_name() -> str:
 def _build() -> bool:
     if os.environ.get("BARGE_CPU_KERNELS", "1") == "0":
         return False
-    from torch.utils import cpp_extension
-
     if shutil.which("ninja") is None:   # the ninja wheel installs next to this interpreter
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     try:
         build_directory = build_folder()
         with _one_builder_at_a_time(build_directory):
-            cpp_extension.load(name=_build_name(), sources=[str(source) for source in SOURCES],
-                               build_directory=str(build_directory), is_python_module=False,
-                               extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"])
+            if not (build_directory / f"{_build_name()}.so").exists():   # the name hashes the sources
+                _compile_in_child(build_directory)   # its compilers die with this process (engine.kernels.cpu_build)
+            compile_into(build_directory)        # up to date now: ninja finds nothing to do, and it loads
     except Exception as error:      # noqa: BLE001 - any build failure leaves the PyTorch path
         log.warning("CPU kernels could not be built (%s); attention takes its PyTorch paths",
                     str(error).splitlines()[0] if str(error) else type(error).__name__)
         return False
     return True
+
+
+def compile_into(build_directory: Path) -> None:
+    """torch's builder: compile what is out of date in `build_directory`, and load the library."""
+    from torch.utils import cpp_extension
+    cpp_extension.load(name=_build_name(), sources=[str(source) for source in SOURCES],
+                       build_directory=str(build_directory), is_python_module=False,
+                       extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"])
+
+
+def _compile_in_child(build_directory: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "engine.kernels.cpu_build", str(os.getpid()), str(build_directory)],
+                          start_new_session=True, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in (done.stderr or "").splitlines() if line.strip()]
+        raise RuntimeError(f"the build exited with status {done.returncode}: {lines[-1] if lines else 'no output'}")
 
 
 def build_folder() -> Path:
