@@ -1,7 +1,8 @@
 """What one refresh of the dashboard's jobs list costs, beside its peer in Barge: the
-per-job `Client.jobs()` that `barge jobs` runs (one progress() per job: three queries
-each), against the dashboard's one aggregate over all listed jobs' shards. Then the
-HTTP answers themselves through FastAPI's test client.
+per-job path `barge jobs` ran until issue 41 (one progress() per job: three queries
+each), against the dashboard's one aggregate over all listed jobs' shards (jobs.job_list,
+which `barge jobs` now shares). Then the HTTP answers themselves through FastAPI's test
+client. A long history is bench/listing_bench.py's.
 
     python bench/dashboard_bench.py --jobs 200 --shards 100 [--database-url postgresql://...]
 
@@ -61,18 +62,19 @@ def main() -> int:
     from jobs.client import Client
     client = Client(database_url=args.database_url) if args.database_url else Client()
     last = build(client.store, args.jobs, args.shards)
-    peer = median_ms(lambda: client.jobs(args.jobs), args.repeats)
-    ours = median_ms(lambda: DashboardReads(client.store).jobs(None, limit=args.jobs), args.repeats)
+    store = client.store
+    peer = median_ms(lambda: [store.progress(job.id) for job in store.list_jobs(args.jobs)], args.repeats)
+    ours = median_ms(lambda: DashboardReads(store).jobs(None, limit=args.jobs), args.repeats)
     from jobs.api_keys import ApiKeys
     operator = ApiKeys(client.store.engine).create("bench", operator=True).secret
     http = TestClient(create_app(client), base_url="http://localhost", headers={"Authorization": f"Bearer {operator}"})
     listing = median_ms(lambda: http.get("/dashboard/api/jobs"), args.repeats)
     page = median_ms(lambda: http.get(f"/dashboard/jobs/{last}?fragment=1"), args.repeats)
     print(f"{args.jobs} jobs x {args.shards} shards on {client.store.engine.dialect.name}, median of {args.repeats}:")
-    print(f"  Client.jobs() (barge jobs), one progress() per job: {peer:8.1f} ms")
-    print(f"  dashboard's one aggregate (DashboardReads.jobs):    {ours:8.1f} ms   ({peer / ours:.1f}x faster)")
-    print(f"  GET /dashboard/api/jobs (JSON, whole answer):       {listing:8.1f} ms")
-    print(f"  GET /dashboard/jobs/ID?fragment=1 (a job's page):   {page:8.1f} ms")
+    print(f"  one progress() per job (barge jobs until issue 41):  {peer:8.1f} ms")
+    print(f"  one aggregate (DashboardReads.jobs, Client.jobs):    {ours:8.1f} ms   ({peer / ours:.1f}x faster)")
+    print(f"  GET /dashboard/api/jobs (JSON, whole answer):        {listing:8.1f} ms")
+    print(f"  GET /dashboard/jobs/ID?fragment=1 (a job's page):    {page:8.1f} ms")
     return 0
 
 

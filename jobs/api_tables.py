@@ -1,5 +1,5 @@
 """The tables behind the OpenAI-compatible API (api/): keys, files, batches. Times are
-UTC epoch seconds, as in jobs.tables; migrations 0012 and 0015 create exactly these.
+UTC epoch seconds, as in jobs.tables; migrations 0012, 0015 and 0016 create exactly these.
 
 A batch is a job: `barge_api_batches` holds only what OpenAI's Batch object has and a
 job has not (its owner, endpoint, input file, output and error files), and names the
@@ -71,6 +71,7 @@ api_batches = Table(
     Column("cancelling_at", Float),
     Column("settled_at", Float),                          # output and error files written: the batch is final
     Index("ix_barge_api_batches_owner", "key_id", "created_at"),
+    Index("ix_barge_api_batches_job", "job_id"),          # the dashboard's jobs list joins jobs to owners (0016)
 )
 
 

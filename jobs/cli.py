@@ -23,6 +23,7 @@ from jobs.api_key_cli import add_api_commands
 from jobs.client import Client, JobFailed
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
+from jobs.status import JobStatus
 from jobs.throughput import format_duration, format_rate
 from jobs.model_commands import add_model_commands
 from jobs.quant_commands import add_quant_commands
@@ -32,6 +33,8 @@ from jobs.schedules import ScheduleError
 from jobs.webhook_admin import add_webhook_commands
 from storage.errors import StorageError
 from storage.redaction import redact_text, redact_url
+
+JOBS_PER_PAGE = 20   # `barge jobs` without --limit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,8 +115,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="print the report as JSON")
     report.set_defaults(func=_report)
 
-    listing = commands.add_parser("jobs", help="list recent jobs")
-    listing.add_argument("--limit", type=int, default=20)
+    listing = commands.add_parser("jobs", help="list jobs, newest first, a page at a time")
+    listing.add_argument("--limit", type=int, default=JOBS_PER_PAGE, help=f"jobs per page (default {JOBS_PER_PAGE})")
+    listing.add_argument("--before", metavar="JOB_ID", help="the page after this job (the last line names it)")
+    listing.add_argument("--status", choices=[str(s) for s in JobStatus], help="only jobs in this state")
     listing.set_defaults(func=_jobs)
 
     worker = commands.add_parser("worker", help="run a worker serving one or more models")
@@ -264,14 +269,25 @@ def _report(args) -> int:
 
 
 def _jobs(args) -> int:
+    status = JobStatus[args.status.upper()] if args.status else None
+    page = Client().job_page(args.limit, before=args.before, status=status)
     print(f"{'JOB':32}  {'STATUS':10}  {'DONE':>9}  {'FAILED':>7}  {'TOTAL':>9}  {'ROWS/S':>8}  {'ETA':>6}  OUTPUT")
-    for state in Client().jobs(args.limit):
+    for state in page.jobs:
         t = state.throughput
         rate = (t.recent_rows_per_s or t.rows_per_s) if t else None
         eta = "" if state.is_finished or t is None else format_duration(t.eta_s)
         print(f"{state.job_id:32}  {str(state.status):10}  {state.rows_done:>9}  {state.rows_failed:>7}  "
               f"{state.rows_total:>9}  {'-' if rate is None else f'{rate:,.1f}':>8}  {eta:>6}  {redact_url(state.output)}")
+    if page.next_before is not None:
+        print(f"older jobs: {_next_page_command(args, page.next_before)}")
     return 0
+
+
+def _next_page_command(args, cursor: str) -> str:
+    """The `barge jobs` that lists the next page with the same options."""
+    options = "" if args.limit == JOBS_PER_PAGE else f" --limit {args.limit}"
+    options += f" --status {args.status}" if args.status else ""
+    return f"barge jobs{options} --before {cursor}"
 
 
 def _worker(args) -> int:

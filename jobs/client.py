@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from jobs.cache_keys import cache_namespace, model_identity
 from jobs.events import final_event
+from jobs.job_list import JobList, JobPage
 from jobs.records import JobProgress
 from jobs.settings import Settings
 from jobs.spec import JobSpec
@@ -104,8 +105,14 @@ class Client:
         self.store.get_job(job_id)   # KeyError for an unknown id
         return Job(self, job_id)
 
-    def jobs(self, limit: int = 50) -> list[JobProgress]:
-        return [self.store.progress(job.id) for job in self.store.list_jobs(limit)]
+    def jobs(self, limit: int = 50, *, before: str | None = None, status: JobStatus | None = None) -> list[JobProgress]:
+        """The newest `limit` jobs (older than the job `before`; in `status`), with their progress."""
+        return self.job_page(limit, before=before, status=status).jobs
+
+    def job_page(self, limit: int = 50, *, before: str | None = None, status: JobStatus | None = None) -> JobPage:
+        """As `jobs`, and the cursor of the next, older page: two queries whatever the history
+        (jobs.job_list). KeyError for a `before` that names no job."""
+        return JobList(self.store.engine).page(limit=limit, before=before, status=status)
 
     def _send(self, task_name: str, args: list) -> None:
         from queueing.app import create_app

@@ -16,6 +16,7 @@ stale_queued), owed partial manifests and webhook events have owners of their ow
 
 from __future__ import annotations
 
+import json
 import time
 
 from sqlalchemy import and_, func, or_, select, update
@@ -43,6 +44,23 @@ class RecoveryStore:
             job.status.in_([int(JobStatus.QUEUED), int(JobStatus.FINALIZING)]), is_ready))
         with self.engine.connect() as conn:
             return [(job_id, JobStatus(status)) for job_id, status in conn.execute(query).all()]
+
+    def abandoned_staging(self, older_than_s: float, now: float | None = None, limit: int = 100) -> list[tuple[str, str]]:
+        """(job id, output) of jobs that ended unfinished more than `older_than_s` ago whose
+        staged files have not been removed yet, oldest first."""
+        now = time.time() if now is None else now
+        job = tables.jobs.c
+        unfinished = [int(JobStatus.FAILED), int(JobStatus.CANCELLED), int(JobStatus.EXPIRED)]
+        query = (select(job.id, job.spec).where(job.status.in_(unfinished), job.finished_at < now - older_than_s,
+                                                job.staging_removed_at.is_(None))
+                 .order_by(job.finished_at).limit(limit))
+        with self.engine.connect() as conn:
+            return [(job_id, json.loads(spec)["output"]) for job_id, spec in conn.execute(query).all()]
+
+    def mark_staging_removed(self, job_id: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self.engine.begin() as conn:
+            conn.execute(update(tables.jobs).where(tables.jobs.c.id == job_id).values(staging_removed_at=now))
 
     def touch_task(self, job_id: str, now: float | None = None) -> None:
         """The job's task was sent again, or began, now."""

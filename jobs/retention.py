@@ -85,6 +85,27 @@ def _prune_staging(job, report: PruneReport) -> None:
         log.info("removed the staged files of job %s at %s", job.id, redact(url))
 
 
+def prune_abandoned_staging(store: Store, retention_s: float, now: float | None = None) -> list[str]:
+    """The staged files of jobs that ended unfinished more than `retention_s` ago, removed
+    (the housekeeper's, every few minutes; a one-off job is never pruned by a schedule). A
+    retry after that still works: a shard whose staged file is gone reads its rows from the
+    input (storage.read), only slower. The URLs removed."""
+    removed = []
+    for job_id, output in store.abandoned_staging(retention_s, now):
+        url = staging_url(output, job_id)
+        try:
+            fs, path = resolve(url)
+            if fs.exists(path):
+                remove_staging(output, job_id)
+                removed.append(url)
+                log.info("removed the staged files of job %s, which ended unfinished, at %s", job_id, redact(url))
+        except Exception:   # noqa: BLE001 - storage unreachable or no credentials here: the next pass tries again
+            log.warning("job %s: its staged files at %s could not be removed yet", job_id, redact(url), exc_info=True)
+            continue
+        store.mark_staging_removed(job_id)
+    return removed
+
+
 def _prune_cache(store: Store, schedule_ids: set[str], now: float, report: PruneReport) -> None:
     for namespace, retention_s in _namespace_retention(store).items():
         if retention_s is None or not _used_by(store, namespace, schedule_ids):

@@ -21,6 +21,8 @@ class Settings:
     visibility_timeout_s: float = 3600.0   # Redis: an unacknowledged message is redelivered after this
     price_per_hour: float | None = None    # cost of one worker-hour (GPU-hour) for job reports; None: no cost
     cache_url: str = ""        # incremental jobs' results cache (path or fsspec URL); "": data_dir/cache
+    worker_retention_s: float = 7 * 86_400.0   # a worker's heartbeat row outlives its last beat this long
+                                               # (jobs.worker_beats.WorkerBeats.prune, by the housekeeper)
 
     def __post_init__(self) -> None:
         if not self.cache_url:
@@ -47,7 +49,20 @@ class Settings:
         visibility_timeout_s = float(env.get("BARGE_VISIBILITY_TIMEOUT_S") or 3600.0)
         return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url, namespace=namespace,
                    visibility_timeout_s=visibility_timeout_s, price_per_hour=_price(env.get("BARGE_PRICE_PER_HOUR")),
-                   cache_url=env.get("BARGE_CACHE_URL") or "")
+                   cache_url=env.get("BARGE_CACHE_URL") or "",
+                   worker_retention_s=_retention(env.get("BARGE_WORKER_RETENTION_S"), cls.worker_retention_s))
+
+
+def _retention(value: str | None, default: float) -> float:
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:   # 0 would prune live workers' rows
+        raise ValueError(f"BARGE_WORKER_RETENTION_S: {value!r} is not a positive number of seconds")
+    return seconds
 
 
 def _price(value: str | None) -> float | None:

@@ -32,7 +32,11 @@ jobs = Table(
                                                          # the task that writes it was last sent (NULL: none owed)
     Column("task_sent_at", Float),                       # QUEUED, RUNNING with all shards done, FINALIZING: when the
                                                          # task that moves it on (plan, finalize) was last sent or began
+    Column("staging_removed_at", Float),                 # ended unfinished: its staged files removed past retention
+                                                         # (jobs.retention.prune_abandoned_staging; 0017)
     Index("ix_barge_jobs_expires_at", "expires_at"),
+    Index("ix_barge_jobs_created", "created_at", "id"),                  # listings' keyset (jobs.job_list)
+    Index("ix_barge_jobs_status_created", "status", "created_at", "id"),  # the same, filtered by status
 )
 
 shards = Table(
@@ -131,6 +135,7 @@ schedule_runs = Table(
     Column("pruned_at", Float),                          # its output was removed by retention
     PrimaryKeyConstraint("schedule_id", "period_at"),
     Index("ix_barge_schedule_runs_status", "status", "claimed_until"),
+    Index("ix_barge_schedule_runs_job", "job_id"),       # the dashboard joins a job to its schedule (0016)
 )
 
 cache_files = Table(

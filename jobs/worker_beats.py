@@ -3,15 +3,18 @@
 
 A report, not a lease: shards are held by their own leases (jobs.shard_store), and
 nothing decides anything from this table. A worker that died simply stops beating; the
-dashboard shows how long ago its last beat was. Migration 0014 creates the table.
+dashboard shows how long ago its last beat was. Every process ever started has a row (its
+id holds the pid), so the housekeeper prunes those silent for BARGE_WORKER_RETENTION_S.
+Migration 0014 creates the table.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 
-from sqlalchemy import Column, Engine, Float, String, Table, Text, select, update
+from sqlalchemy import Column, Engine, Float, String, Table, Text, delete, or_, select, update
 
 from jobs.tables import metadata
 
@@ -68,6 +71,14 @@ class WorkerBeats:
             query = query.where(workers.c.heartbeat_at >= since)
         with self.engine.connect() as conn:
             return [_beat(row) for row in conn.execute(query)]
+
+    def prune(self, retention_s: float, now: float | None = None) -> list[str]:
+        """Delete the rows of workers whose last beat, or clean stop, is over `retention_s`
+        old; their ids. A worker that was only hung writes its row again at its next beat."""
+        cutoff = (time.time() if now is None else now) - retention_s
+        gone = or_(workers.c.heartbeat_at < cutoff, workers.c.stopped_at < cutoff)
+        with self.engine.begin() as conn:
+            return list(conn.execute(delete(workers).where(gone).returning(workers.c.id)).scalars())
 
 
 def num_stalled(engine: Engine) -> int:

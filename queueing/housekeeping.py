@@ -5,14 +5,21 @@ them again, or dead-letter them; send again shards whose message seems lost, the
 partial-manifest task of a job that ended unfinished if its manifest is still unwritten
 long after, and the plan or finalize task of a job stranded in QUEUED, RUNNING with every
 shard finished, or FINALIZING (jobs.recovery_store); refill each running job's window of
-shards on the broker."""
+shards on the broker.
+
+Every `tidy_s` (10 minutes) a pass also removes leftovers (`tidy`): the staged input files
+of jobs that ended unfinished more than BARGE_STAGING_RETENTION_S ago, and the heartbeat
+rows of workers gone for BARGE_WORKER_RETENTION_S."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
+from jobs.retention import prune_abandoned_staging
 from jobs.status import JobStatus, ShardStatus
+from jobs.worker_beats import WorkerBeats
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
 
@@ -50,6 +57,14 @@ def housekeep(runtime: Runtime) -> None:
         runtime.refill_window(job_id)
 
 
+def tidy(runtime: Runtime) -> None:
+    """Leftovers: nothing here is urgent, and each job is looked at once (jobs.recovery_store)."""
+    removed = prune_abandoned_staging(runtime.store, runtime.options.staging_retention_s)
+    if removed:
+        log.info("tidied: the staged files of %d jobs that ended unfinished", len(removed))
+    WorkerBeats(runtime.store.engine).prune(runtime.settings.worker_retention_s)   # dead workers' heartbeat rows
+
+
 class Housekeeper(threading.Thread):
     def __init__(self, runtime: Runtime):
         super().__init__(name="barge-housekeeper", daemon=True)
@@ -57,9 +72,13 @@ class Housekeeper(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        tidied_at = time.monotonic()   # the first tidy one interval after start: a fleet restarting does not stampede
         while not self.stopped.wait(self.runtime.options.housekeeping_s):
             try:
                 housekeep(self.runtime)
+                if time.monotonic() - tidied_at >= self.runtime.options.tidy_s:
+                    tidied_at = time.monotonic()
+                    tidy(self.runtime)
             except Exception:   # a database or broker blip must not kill the thread
                 log.exception("housekeeping pass failed")
 

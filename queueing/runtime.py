@@ -50,6 +50,8 @@ class WorkerOptions:
     pipeline_depth: int = 1         # shards read ahead while the engine computes (queueing.pipeline); 0: none
     transient_retry_s: float = 60.0  # a plan or finalize retries a transient error this long, then leaves the
                                      # job to its owner (queueing.finalize.run_job_step)
+    tidy_s: float = 600.0           # how often the housekeeper also looks for leftovers (queueing.housekeeping.tidy)
+    staging_retention_s: float = 7 * 86_400.0   # a job that ended unfinished keeps its staged files this long
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "WorkerOptions":
@@ -59,7 +61,8 @@ class WorkerOptions:
                  "requeue_after_s": "BARGE_REQUEUE_AFTER_S", "chunk_rows": "BARGE_CHUNK_ROWS",
                  "metrics_port": "BARGE_METRICS_PORT", "metrics_addr": "BARGE_METRICS_ADDR",
                  "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION", "pipeline_depth": "BARGE_PIPELINE_DEPTH",
-                 "transient_retry_s": "BARGE_TRANSIENT_RETRY_S", "gpu_memory_fraction": "BARGE_GPU_MEMORY_FRACTION"}
+                 "transient_retry_s": "BARGE_TRANSIENT_RETRY_S", "gpu_memory_fraction": "BARGE_GPU_MEMORY_FRACTION",
+                 "tidy_s": "BARGE_TIDY_S", "staging_retention_s": "BARGE_STAGING_RETENTION_S"}
         values = {}
         for name, variable in names.items():
             if env.get(variable):

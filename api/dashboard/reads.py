@@ -12,18 +12,19 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from api.dashboard.chart import Commit
 from jobs import tables
 from jobs.api_tables import api_batches, api_keys
+from jobs.job_list import NO_SHARDS, JobList, ShardSums
 from jobs.records import JobRecord
 from jobs.status import JobStatus, ShardStatus
 from jobs.store import Store
-from jobs.throughput import RECENT_WINDOW_S, JobTimes, measure
+from jobs.throughput import measure
 from storage.redaction import redact_text, redact_url, redact_value
 
-MAX_JOBS = 200
+MAX_JOBS = 200   # jobs per page of the list
 
 _job, _shard, _batch, _key = tables.jobs.c, tables.shards.c, api_batches.c, api_keys.c
 _run, _schedule = tables.schedule_runs.c, tables.schedules.c
@@ -33,13 +34,16 @@ class DashboardReads:
     def __init__(self, store: Store):
         self.store = store
         self.engine = store.engine
+        self.listing = JobList(store.engine)
 
     # -- jobs ------------------------------------------------------------------------------
 
     def jobs(self, key_id: str | None, *, status: str | None = None, model: str | None = None,
-             schedule: str | None = None, limit: int = MAX_JOBS) -> list[dict]:
-        """Jobs the viewer may see, newest first, each with its progress and rates."""
-        query = _jobs_query().order_by(_job.created_at.desc()).limit(limit)
+             schedule: str | None = None, before: str | None = None, limit: int = MAX_JOBS) -> dict:
+        """A page of the jobs the viewer may see, newest first, each with its progress and
+        rates, and `next_before`: the cursor of the next, older page (None: the last).
+        KeyError for a `before` the viewer may not see."""
+        query = _jobs_query()
         if key_id is not None:
             query = query.where(_batch.key_id == key_id)
         if status:
@@ -48,11 +52,11 @@ class DashboardReads:
             query = query.where(_job.model_key == model)
         if schedule:
             query = query.where(_schedule.name == schedule)
-        with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
-            sums = self._shard_sums(conn, [row.id for row in rows])
-        now = time.time()
-        return [_job_summary(row, sums.get(row.id, {}), now) for row in rows]
+        if before is not None and not self.can_see(key_id, before):
+            raise KeyError(f"no job {before!r}")
+        listed = self.listing.read(query, limit=limit, before=before)
+        return {"jobs": [_job_summary(row, listed.sums.get(row.id, NO_SHARDS), listed.now) for row in listed.rows],
+                "next_before": listed.next_before}
 
     def job_filters(self, key_id: str | None) -> dict:
         """The values the list's filters offer: statuses, models and schedules in use."""
@@ -75,11 +79,11 @@ class DashboardReads:
 
     def job_summary(self, job_id: str) -> dict:
         """One job as the list shows it (the caller checked can_see)."""
-        query = _jobs_query().where(_job.id == job_id)
         with self.engine.connect() as conn:
-            row = conn.execute(query).one()
-            sums = self._shard_sums(conn, [job_id])
-        return _job_summary(row, sums.get(job_id, {}), time.time())
+            row = conn.execute(_jobs_query().where(_job.id == job_id)).one()
+            now = time.time()
+            sums = self.listing.sum_shards(conn, [job_id], now)
+        return _job_summary(row, sums.get(job_id, NO_SHARDS), now)
 
     def spec(self, job_id: str) -> dict:
         return redact_value(self.store.get_job(job_id).spec.to_dict())
@@ -110,24 +114,6 @@ class DashboardReads:
                                         for a in self.store.outbox.attempts(event.id)]})
         return events
 
-    def _shard_sums(self, conn, job_ids: list[str]) -> dict[str, dict]:
-        """Per job, one aggregate over its shards: what jobs.throughput.measure needs."""
-        if not job_ids:
-            return {}
-        since = time.time() - RECENT_WINDOW_S
-        done = _shard.status == int(ShardStatus.COMMITTED)
-        rows = _shard.rows_succeeded + _shard.rows_failed
-        query = (select(_shard.job_id, func.min(_shard.started_at), func.sum(rows).filter(done),
-                        func.sum(_shard.rows_failed).filter(done), func.sum(_shard.num_tokens).filter(done),
-                        func.sum(rows).filter(done & (_shard.finished_at >= since)),
-                        func.sum(_shard.num_tokens).filter(done & (_shard.finished_at >= since)),
-                        func.max(_shard.finished_at).filter(done))
-                 .where(_shard.job_id.in_(job_ids)).group_by(_shard.job_id))
-        names = ("first_started_at", "rows_done", "rows_failed", "num_tokens", "recent_rows", "recent_tokens",
-                 "last_commit_at")
-        return {job_id: dict(zip(names, values)) for job_id, *values in conn.execute(query)}
-
-
 def _jobs_query():
     """Jobs with their owner key (a batch's) and schedule, when they have one."""
     return (select(tables.jobs, _batch.key_id, _key.name.label("key_name"), _schedule.name.label("schedule"))
@@ -136,28 +122,20 @@ def _jobs_query():
             .outerjoin(tables.schedules, _schedule.id == _run.schedule_id))
 
 
-def _job_summary(row, sums: dict, now: float) -> dict:
+def _job_summary(row, sums: ShardSums, now: float) -> dict:
     job = JobRecord.from_row(row)
-    rows_done = int(sums.get("rows_done") or 0)
-    end = job.finished_at or now
-    # the recent window of a finished job ends at its finish: its rates stay as they were
-    recent = (sums.get("recent_rows"), sums.get("recent_tokens")) if job.finished_at is None else (None, None)
-    times = JobTimes(now=now, created_at=job.created_at, finished_at=job.finished_at,
-                     first_started_at=sums.get("first_started_at"), rows_total=job.rows_total, rows_done=rows_done,
-                     num_tokens=int(sums.get("num_tokens") or 0), recent_rows=int(recent[0] or 0),
-                     recent_tokens=int(recent[1] or 0))
-    rate = measure(times, is_finished=job.status.is_finished)
+    rate = measure(sums.times(job, now), is_finished=job.status.is_finished)   # as `barge jobs` shows it
     return {"id": job.id, "status": str(job.status), "is_finished": job.status.is_finished,
             "model": job.spec.model if "/" not in job.spec.model else job.model_key, "model_key": job.model_key,
             "mode": job.spec.mode, "quantization": job.spec.quantization,
             "owner": row.key_id, "owner_name": row.key_name, "schedule": row.schedule,
-            "rows_total": job.rows_total, "rows_done": rows_done, "rows_failed": int(sums.get("rows_failed") or 0),
-            "percent": round(100.0 * rows_done / job.rows_total, 1) if job.rows_total else
+            "rows_total": job.rows_total, "rows_done": sums.rows_done, "rows_failed": sums.rows_failed,
+            "percent": round(100.0 * sums.rows_done / job.rows_total, 1) if job.rows_total else
             (100.0 if job.status == JobStatus.SUCCEEDED else 0.0),
-            "num_tokens": times.num_tokens, "rows_per_s": rate.recent_rows_per_s or rate.rows_per_s,
+            "num_tokens": sums.num_tokens, "rows_per_s": rate.recent_rows_per_s or rate.rows_per_s,
             "tokens_per_s": rate.recent_tokens_per_s or rate.tokens_per_s, "eta_s": rate.eta_s,
             "created_at": job.created_at, "age_s": max(0.0, now - job.created_at), "running_s": rate.running_s,
-            "finished_at": job.finished_at, "end_at": end, "error": redact_text(job.error)}
+            "finished_at": job.finished_at, "end_at": job.finished_at or now, "error": redact_text(job.error)}
 
 
 def _shard_view(row) -> dict:

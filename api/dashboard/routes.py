@@ -72,17 +72,31 @@ def dashboard_router(store: Store, sessions: DashboardSessions, keys: ApiKeys, *
 
     @router.get("/jobs", response_class=HTMLResponse)
     def jobs_page(request: Request, status: str | None = None, model: str | None = None,
-                  schedule: str | None = None) -> Response:
-        chosen = filters(status, model, schedule)
-        return answer(request, lambda viewer: page(
-            "jobs.html", viewer, jobs=reads.jobs(viewer.key_id, **chosen), chosen=chosen,
-            options=reads.job_filters(viewer.key_id)))
+                  schedule: str | None = None, before: str | None = None) -> Response:
+        chosen, before = filters(status, model, schedule), before or None
+
+        def render(viewer: Viewer) -> Response:
+            try:
+                listed = reads.jobs(viewer.key_id, before=before, **chosen)
+            except KeyError:
+                return page("missing.html", viewer, 404, what=f"job {before}")
+            return page("jobs.html", viewer, **listed, before=before, chosen=chosen,
+                        shown={name: value for name, value in chosen.items() if value},
+                        options=reads.job_filters(viewer.key_id))
+        return answer(request, render)
 
     @router.get("/api/jobs")
     def jobs_json(request: Request, status: str | None = None, model: str | None = None,
-                  schedule: str | None = None) -> Response:
-        chosen = filters(status, model, schedule)
-        return answer(request, lambda viewer: json_answer({"jobs": reads.jobs(viewer.key_id, **chosen)}))
+                  schedule: str | None = None, before: str | None = None) -> Response:
+        """{"jobs": [...], "next_before": the id to pass as ?before= for the next, older page, or null}."""
+        chosen, before = filters(status, model, schedule), before or None
+
+        def render(viewer: Viewer) -> Response:
+            try:
+                return json_answer(reads.jobs(viewer.key_id, before=before, **chosen))
+            except KeyError:
+                return json_answer(ApiError(404, "No job found with that id.").body(), 404)
+        return answer(request, render)
 
     @router.get("/jobs/{job_id}", response_class=HTMLResponse)
     def one_job_page(request: Request, job_id: str, fragment: bool = False) -> Response:

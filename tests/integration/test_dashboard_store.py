@@ -7,6 +7,8 @@ The browser-level test, against a real server and worker, is tests/e2e/test_dash
 
 from __future__ import annotations
 
+import html
+import re
 import time
 
 import pytest
@@ -14,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.auth import SESSION_COOKIE, LoginTicket
+from api.dashboard.reads import MAX_JOBS
 from jobs.api_batches import ApiBatches, BatchRecord, new_batch_id
 from jobs.api_keys import ApiKeys
 from jobs.client import Client
@@ -314,3 +317,37 @@ def test_the_job_page_stops_polling_once_nothing_can_change(served):
     settled = {job_id: "data-settled" in http.get(f"/dashboard/jobs/{job_id}?fragment=1").text
                for job_id in (running, pending, quiet)}
     assert settled == {running: False, pending: False, quiet: True}   # a pending webhook may still be retried
+
+
+def test_the_jobs_list_pages_older_jobs_by_a_cursor_in_json_and_html(served):
+    store, http = served["store"], _app(served, operator=True)
+    for _ in range(MAX_JOBS):   # with the fixture's two: one page and two more
+        new_job(store)
+    first = http.get("/dashboard/api/jobs").json()
+    assert len(first["jobs"]) == MAX_JOBS and first["next_before"] == first["jobs"][-1]["id"]
+    rest = http.get("/dashboard/api/jobs", params={"before": first["next_before"]}).json()
+    assert len(rest["jobs"]) == 2 and rest["next_before"] is None
+    listed = [job["id"] for job in first["jobs"] + rest["jobs"]]
+    assert len(set(listed)) == len(listed) == MAX_JOBS + 2 and listed[-1] == served["owned"]   # the oldest
+
+    page = http.get("/dashboard/jobs").text
+    older = re.search(r'<a id="older-jobs" href="([^"]+)"\s*>', page)
+    assert older and html.unescape(older.group(1)) == f"/dashboard/jobs?before={first['next_before']}"
+    last = http.get(html.unescape(older.group(1))).text
+    assert re.search(r'<a id="older-jobs" [^>]*hidden>', last) and 'id="newest-jobs"' in last
+    assert f"before={first['next_before']}" in last.split('data-poll="')[1].split('"')[0]   # refreshes its own page
+    assert last.count("<tr data-job=") == 2
+
+    queued = http.get("/dashboard/api/jobs", params={"status": "queued", "before": first["next_before"]}).json()
+    assert [job["id"] for job in queued["jobs"]] == [job["id"] for job in rest["jobs"]]
+
+
+def test_a_cursor_the_viewer_may_not_see_is_not_found(served):
+    http = _app(served)
+    alice = {"Authorization": f"Bearer {served['alice'].secret}"}
+    for before in (served["unowned"], "0" * 32, "../etc"):
+        answer = http.get("/dashboard/api/jobs", params={"before": before}, headers=alice)
+        assert answer.status_code == 404 and answer.json()["error"]["message"] == "No job found with that id."
+        assert http.get("/dashboard/jobs", params={"before": before}, headers=alice).status_code == 404
+    assert http.get("/dashboard/api/jobs", params={"before": served["owned"]}, headers=alice).json() == {
+        "jobs": [], "next_before": None}

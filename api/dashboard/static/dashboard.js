@@ -56,10 +56,21 @@
     cell(row, job.schedule || "-");
   }
 
+  // New jobs push the first page's last ones onward: the next page starts after the last shown.
+  function olderLink(nextBefore) {
+    const link = document.getElementById("older-jobs");
+    if (!link) return;
+    link.hidden = !nextBefore;
+    if (!nextBefore) return;
+    const url = new URL(link.href);
+    url.searchParams.set("before", nextBefore);
+    link.href = url.pathname + url.search;
+  }
+
   async function pollJobs(body) {
     const answer = await fetch(body.dataset.poll, { credentials: "same-origin" });
     if (!answer.ok) return;
-    const { jobs } = await answer.json();
+    const { jobs, next_before: nextBefore } = await answer.json();
     body.replaceChildren();
     if (!jobs.length) {
       const row = body.insertRow();
@@ -67,6 +78,7 @@
       cell(row, "No jobs to show.").colSpan = 10;
     }
     jobs.forEach((job) => jobRow(body, job));
+    olderLink(nextBefore);
     body.dataset.polled = String(Number(body.dataset.polled || 0) + 1);
   }
 

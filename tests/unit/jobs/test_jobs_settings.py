@@ -62,3 +62,14 @@ def test_the_process_environment_is_the_default(tmp_path, monkeypatch):
     monkeypatch.delenv("BARGE_BROKER_URL", raising=False)
     assert Settings.from_env() == Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path}/barge.db",
                                            broker_url="filesystem://")
+
+
+def test_worker_rows_are_kept_a_week_unless_told_otherwise():
+    assert Settings.from_env({}).worker_retention_s == 7 * 86_400.0
+    assert Settings.from_env({"BARGE_WORKER_RETENTION_S": "3600"}).worker_retention_s == 3600.0
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "seven days", "nan"])
+def test_a_worker_retention_that_would_prune_live_workers_is_refused(value):
+    with pytest.raises(ValueError, match="BARGE_WORKER_RETENTION_S"):
+        Settings.from_env({"BARGE_WORKER_RETENTION_S": value})
