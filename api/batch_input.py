@@ -9,11 +9,12 @@ line may hold several: a list `input` or `prompt`), the Barge params they share,
 what formatting each line asks for.
 
 NOTE: a Barge job has one model, so every line of a batch must ask for the same one
-(as OpenAI requires). Sampling params may differ per line (max_tokens, temperature,
-seed, stop, response_format): each row carries its line's params as JSON in the job's
-input (the job's `params_column`, jobs.row_params) and the engine batches requests with
-different params side by side. An embeddings batch shares one `dimensions`: its output
-column has one width.
+(as OpenAI requires). Everything else is the line's own, as each line is its own request
+to OpenAI: each row carries its line's params as JSON in the job's input (the job's
+`params_column`, jobs.row_params). Sampling params (max_tokens, temperature, seed, stop,
+response_format) run side by side in the engine's batches; an embeddings line's
+`dimensions` gives its rows their own width (the job's embedding column is then a list
+as long as each row's, storage.schemas).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ MAX_TOP_LOGPROBS = {"/v1/chat/completions": 20, "/v1/completions": 5}   # as Ope
 MAX_EMBEDDING_INPUTS = 50_000  # inputs over all lines of an embeddings batch, as OpenAI
 DEFAULT_MAX_TOKENS = 1024      # OpenAI's default is "until the context is full"; a batch needs a bound
 ROLES = ("system", "developer", "user", "assistant")
-PARAMS_COLUMN = "params"       # a generate batch's input column of per-row params (jobs.row_params)
+PARAMS_COLUMN = "params"       # a batch's input column of per-row params (jobs.row_params)
 
 # Body fields each endpoint takes, beyond model and its prompt; any other is refused by
 # name rather than ignored (a silently ignored `logprobs` would be a wrong answer).
@@ -66,13 +67,13 @@ class BatchRequests:
 
     endpoint: str
     model: str
-    params: dict                                   # the job's params (embed options; generate: its params_column)
+    params: dict                                   # the job's params: its params_column (and logprobs: 0)
     custom_ids: list[str] = field(default_factory=list)       # line index -> custom_id
     encodings: list[str] = field(default_factory=list)        # line index -> "float" | "base64" (embeddings)
     row_lines: list[int] = field(default_factory=list)        # row -> line index (0-based)
     row_items: list[int] = field(default_factory=list)        # row -> position in its line's input list
     row_inputs: list = field(default_factory=list)            # row -> prompt text, messages, or text to embed
-    row_params: list[dict] = field(default_factory=list)      # row -> its line's sampling params (generate)
+    row_params: list[dict] = field(default_factory=list)      # row -> its line's params (sampling; embed: dimensions)
 
     @property
     def num_lines(self) -> int:
@@ -85,9 +86,12 @@ class _Refused(Exception):
         self.error = LineError(code, message, param=param)
 
 
-def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str]) -> BatchRequests | list[LineError]:
+def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str],
+                embedding_widths: dict[str, int] | None = None) -> BatchRequests | list[LineError]:
     """The file's requests, or every error found (each naming its line).
-    `known_models`: model name -> the mode it serves ("generate", "embed", ...)."""
+    `known_models`: model name -> the mode it serves ("generate", "embed", ...);
+    `embedding_widths`: embed model name -> its vector length, the most `dimensions` a
+    line may ask (a model not named there is held to it when its rows run)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -110,7 +114,7 @@ def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str]) -> Bat
                                                       f"{first_line[custom_id]}'s; custom_id must be unique in a batch",
                                "custom_id")
             first_line[custom_id] = number
-            batch = _add_request(batch, request, endpoint, known_models, number)
+            batch = _add_request(batch, request, endpoint, known_models, embedding_widths or {})
         except _Refused as refused:
             errors.append(LineError(refused.error.code, refused.error.message, line=number, param=refused.error.param))
     if errors:
@@ -156,25 +160,21 @@ def _parse_line(line: str, endpoint: str) -> dict:
 
 
 def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, known_models: dict[str, str],
-                 number: int) -> BatchRequests:
+                 embedding_widths: dict[str, int]) -> BatchRequests:
     body = request["body"]
     unknown = sorted(set(body) - ACCEPTED_FIELDS[endpoint])
     if unknown:
         raise _Refused("unsupported_parameter", f"{_names(unknown)} {'is' if len(unknown) == 1 else 'are'} not "
                                                 f"supported by this server for {endpoint}", f"body.{cut(unknown[0])}")
     model = _model(body, endpoint, known_models)
-    params = _job_params(body, endpoint)
+    params = (_embedding_params(body, embedding_widths.get(model)) if endpoint == EMBEDDINGS
+              else _sampling_params(body, endpoint))
     inputs = _inputs(body, endpoint)
-    job_params = params if endpoint == EMBEDDINGS else {"params_column": PARAMS_COLUMN}
     if batch is None:
-        batch = BatchRequests(endpoint=endpoint, model=model, params=job_params)
+        batch = BatchRequests(endpoint=endpoint, model=model, params={"params_column": PARAMS_COLUMN})
     elif model != batch.model:
         raise _Refused("mismatched_model", f"the model {shown(model)} differs from the batch's {batch.model!r}; "
                                            "a batch takes one model", "body.model")
-    elif job_params != batch.params:
-        raise _Refused("mismatched_parameters", f"this line asks for {params}, the first line for {batch.params}; "
-                                                "an embeddings batch takes one dimensions (its output has one "
-                                                "width)", "body.dimensions")
     line_index = batch.num_lines
     batch.custom_ids.append(request["custom_id"])
     batch.encodings.append(body.get("encoding_format", "float"))
@@ -182,8 +182,7 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
         batch.row_lines.append(line_index)
         batch.row_items.append(item)
         batch.row_inputs.append(value)
-        if endpoint != EMBEDDINGS:
-            batch.row_params.append(params)
+        batch.row_params.append(params)
     return batch
 
 
@@ -201,17 +200,16 @@ def _model(body: dict, endpoint: str, known_models: dict[str, str]) -> str:
     return model
 
 
-def _job_params(body: dict, endpoint: str) -> dict:
-    if endpoint == EMBEDDINGS:
-        dimensions = body.get("dimensions")
-        if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
-                                       or dimensions < 1):
-            raise _Refused("invalid_value", f"dimensions must be a positive integer, got {shown(dimensions)}",
-                           "body.dimensions")
-        if body.get("encoding_format", "float") not in ("float", "base64"):
-            raise _Refused("invalid_value", "encoding_format must be \"float\" or \"base64\"", "body.encoding_format")
-        return {"dimensions": dimensions} if dimensions is not None else {}
-    return _sampling_params(body, endpoint)
+def _embedding_params(body: dict, width: int | None) -> dict:
+    """The line's row params: its `dimensions`, from 1 to the model's `width` (None: not known here)."""
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
+                                   or dimensions < 1 or (width is not None and dimensions > width)):
+        bound = f"an integer from 1 to {width}, the model's width" if width is not None else "a positive integer"
+        raise _Refused("invalid_value", f"dimensions must be {bound}, got {shown(dimensions)}", "body.dimensions")
+    if body.get("encoding_format", "float") not in ("float", "base64"):
+        raise _Refused("invalid_value", "encoding_format must be \"float\" or \"base64\"", "body.encoding_format")
+    return {"dimensions": dimensions} if dimensions is not None else {}
 
 
 def _sampling_params(body: dict, endpoint: str) -> dict:

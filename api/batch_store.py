@@ -2,7 +2,8 @@
 and back again (the rows' lines, custom_ids and encodings) when the output is made.
 
     ROOT/batches/BATCH_ID/requests.parquet   line, item, custom_id, encoding_format, input,
-                                             params (generate: the row's sampling params as JSON)
+                                             params (the row's line's params as JSON: sampling
+                                             params, or an embedding's {"dimensions": N})
     ROOT/batches/BATCH_ID/output/            the job's output (part files, manifest)
 
 `input` is the prompt text (/v1/completions), the text to embed (/v1/embeddings), or
@@ -17,7 +18,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from api.batch_input import CHAT, EMBEDDINGS, PARAMS_COLUMN, BatchRequests
+from api.batch_input import CHAT, PARAMS_COLUMN, BatchRequests
 from api.batch_output import RequestRows
 from storage.fs import join, resolve
 from storage.write import table_to_parquet_bytes, write_bytes_atomic
@@ -39,10 +40,8 @@ def write_requests(folder: str, batch: BatchRequests) -> str:
         "custom_id": pa.array([batch.custom_ids[line] for line in batch.row_lines], pa.string()),
         "encoding_format": pa.array([batch.encodings[line] for line in batch.row_lines], pa.string()),
         "input": pa.array(batch.row_inputs, input_type),
+        PARAMS_COLUMN: pa.array([json.dumps(params, ensure_ascii=False) for params in batch.row_params], pa.string()),
     }
-    if batch.endpoint != EMBEDDINGS:
-        columns[PARAMS_COLUMN] = pa.array([json.dumps(params, ensure_ascii=False) for params in batch.row_params],
-                                          pa.string())
     table = pa.table(columns)
     write_bytes_atomic(folder, REQUESTS_NAME, table_to_parquet_bytes(table))
     return join(folder, REQUESTS_NAME)

@@ -36,10 +36,11 @@ def is_openai_input(inputs: list[str], input_format: str | None) -> bool:
 
 def check_jsonl(source: str) -> BatchRequests:
     """Every line of the file checked as the API checks it; JobSpecError naming the first bad lines."""
-    from api.service import served_models
+    from api.service import served_models, served_widths
     fs, path = resolve(source)
     data = fs.cat_file(path)
-    parsed = parse_batch(data, _endpoint(data), served_models())
+    known_models = served_models()
+    parsed = parse_batch(data, _endpoint(data), known_models, served_widths(known_models))
     if isinstance(parsed, list):
         raise JobSpecError("input", _describe(parsed))
     return parsed

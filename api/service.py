@@ -22,7 +22,7 @@ from api.upload import checked_chunks
 from jobs.api_batches import ApiBatches, BatchRecord, is_batch_id, new_batch_id, owes_partial_manifest
 from jobs.api_files import ApiFiles, FileRecord
 from jobs.client import Client
-from jobs.models import model_mode, registered_models
+from jobs.models import embedding_width, model_mode, registered_models
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
 from queueing.failpoints import failpoint
@@ -55,6 +55,7 @@ class BatchService:
         self.files = ApiFiles(client.store.engine, settings.files_url)
         self.batches = ApiBatches(client.store.engine)
         self.known_models = served_models()
+        self.embedding_widths = served_widths(self.known_models)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -87,7 +88,7 @@ class BatchService:
         if source is None or source.purpose != "batch":
             raise not_found("file", input_file_id, param="input_file_id")
         batch_id = new_batch_id()
-        parsed = parse_batch(self.files.content(source), endpoint, self.known_models)
+        parsed = parse_batch(self.files.content(source), endpoint, self.known_models, self.embedding_widths)
         record = BatchRecord(id=batch_id, key_id=key_id, job_id=None, endpoint=endpoint, model=None,
                              input_file_id=input_file_id, completion_window=window, metadata=metadata or {},
                              created_at=time.time())
@@ -223,6 +224,13 @@ def served_models() -> dict[str, str]:
         except (OSError, ValueError):   # not there on this machine (yet): not served
             continue
     return known
+
+
+def served_widths(known_models: dict[str, str]) -> dict[str, int]:
+    """Served embed model name -> its vector length, the most `dimensions` a line may ask."""
+    paths = registered_models()
+    widths = {name: embedding_width(paths[name]) for name, mode in known_models.items() if mode == "embed"}
+    return {name: width for name, width in widths.items() if width is not None}
 
 
 def _check_metadata(metadata: object) -> None:

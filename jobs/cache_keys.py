@@ -22,6 +22,7 @@ from jobs.models import ModelRef
 from jobs.spec import JobSpec
 
 CACHE_FORMAT = 1                # bump when the cached columns or the hashing change
+STRUCTURED_DEFAULTS = 2         # bump when what a structured job's unset params mean changes
 SAMPLE_BYTES = 1 << 20
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 WHOLE_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "sentence_bert_config.json",
@@ -68,6 +69,9 @@ def cache_namespace(spec: JobSpec, revision: str) -> str:
         identity["dtype"] = spec.dtype
     if spec.kv_cache_dtype is not None:     # likewise: an fp8 KV cache gives other logprobs, other tokens
         identity["kv_cache_dtype"] = spec.kv_cache_dtype
+    if spec.mode == "generate" and spec.params.get("structured") is not None:
+        # Before STRUCTURED_DEFAULTS the same params meant any JSON whitespace and jump-forward on
+        identity["structured_defaults"] = STRUCTURED_DEFAULTS
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 

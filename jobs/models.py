@@ -131,6 +131,13 @@ def model_mode(path: str) -> str:
     return "embed"
 
 
+def embedding_width(path: str) -> int | None:
+    """An embed model's vector length (config.json's hidden_size, the engine's embedding_dim);
+    None where its config does not say."""
+    width = json.loads(Path(path, "config.json").read_text()).get("hidden_size")
+    return width if isinstance(width, int) and not isinstance(width, bool) else None
+
+
 def _is_gguf(path: str) -> bool:
     return path.endswith(".gguf") and Path(path).is_file()
 

@@ -1,21 +1,24 @@
-"""Per-row sampling params of a generate job: a column of the input says, row by row, how
-that row is generated, on top of the job's params.
+"""Per-row params: a column of the input says, row by row, how that row is computed, on
+top of the job's params.
 
-    params={"structured_column": "COL"}   each row's constraint: a JSON string of the
-                                           structured dict (engine.generate.structured);
+    params={"structured_column": "COL"}   generate: each row's constraint, a JSON string of
+                                           the structured dict (engine.generate.structured);
                                            null = unconstrained
-    params={"params_column": "COL"}       each row's sampling params: a JSON object of
-                                           SamplingParams fields (max_tokens, temperature,
-                                           seed, stop, structured, logprobs, ...) that
-                                           override the job's; null = the job's
+    params={"params_column": "COL"}       generate: each row's sampling params, a JSON object
+                                           of SamplingParams fields (max_tokens, temperature,
+                                           seed, stop, structured, logprobs, ...) that override
+                                           the job's; embed: {"dimensions": N}, the row's own
+                                           Matryoshka width; null = the job's
 
 The OpenAI Batch API stores each request's params this way (api.batch_store), so lines
-that differ in max_tokens, temperature, seed, stop or response_format run as one job:
-the engine batches requests with different SamplingParams side by side.
+that differ in max_tokens, temperature, seed, stop or response_format run as one job
+(the engine batches requests with different SamplingParams side by side), and so do
+embedding lines that differ in dimensions (queueing.inference embeds each width apart).
 
 The columns are checked at submit (present, string-typed: jobs.validate); a row whose
 value is not valid JSON, or whose params the engine refuses (a schema that does not
-compile, a negative max_tokens), gets that as its error and costs no engine time.
+compile, a negative max_tokens, a width the model has not), gets that as its error and
+costs no engine time.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ import pyarrow as pa
 ROW_COLUMN_PARAMS = ("structured_column", "params_column")   # job params that name a column, not a value
 # fields a params_column row may not set: they shape the job, not one request
 JOB_ONLY_PARAMS = ("chat", "system_prompt", *ROW_COLUMN_PARAMS)
+# what an embed row may set: its other params shape the output column's type (output_dtype)
+# or the engine call (normalize, truncate, prompt), which the job's rows share
+EMBED_ROW_PARAMS = ("dimensions",)
 
 
 def row_columns(params: dict) -> dict[str, str]:
@@ -43,6 +49,23 @@ def check_row_column_params(params: dict) -> str | None:
     if params.get("structured_column") is not None and params.get("structured") is not None:
         return "params.structured and params.structured_column exclude each other: one constraint for every row, " \
                "or one per row"
+    return None
+
+
+def shared_params(params: dict) -> dict:
+    """The job's params without those naming a column: what every row starts from."""
+    return {name: value for name, value in params.items() if name not in ROW_COLUMN_PARAMS}
+
+
+def embed_row_error(override: dict) -> str | None:
+    """Why an embed row's params cannot be used, or None. A width over the model's is
+    found where the model is known (queueing.inference)."""
+    others = sorted(set(override) - set(EMBED_ROW_PARAMS))
+    if others:
+        return f"sets {', '.join(others)}; an embed row sets only {', '.join(EMBED_ROW_PARAMS)}"
+    dimensions = override.get("dimensions")
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
+        return f"dimensions must be a positive integer or null, got {dimensions!r}"
     return None
 
 
@@ -79,7 +102,7 @@ def _parse(name: str, column: str, value: str) -> dict | str:
     if name == "structured_column":
         return {"structured": parsed} if parsed is not None else {}
     if not isinstance(parsed, dict):
-        return f"{where} must hold a JSON object of sampling params, got {type(parsed).__name__}"
+        return f"{where} must hold a JSON object of params, got {type(parsed).__name__}"
     refused = sorted(set(parsed) & set(JOB_ONLY_PARAMS))
     if refused:
         return f"{where} sets {', '.join(refused)}, which only a job's params can set"

@@ -25,6 +25,8 @@ QUANTIZATIONS = (None, "fp8", "fp8-block", "fp8-group")
 DTYPES = (None, "float32", "bfloat16", "float16")
 # engine.generate.options.KV_CACHE_DTYPES; None and "auto" alike: the model's dtype
 KV_CACHE_DTYPES = (None, "auto", "fp8")
+# engine.generate.structured.WHITESPACES, without importing the engine at submission
+STRUCTURED_WHITESPACES = ("compact", "any")
 
 # mode -> parameter name -> (accepted types, description for errors)
 MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
@@ -36,6 +38,9 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         # sentence-transformers' encode(prompt=, prompt_name=): text put before every row
         "prompt": ((str, type(None)), 'a string put before every text (e.g. "Instruct: ...\\nQuery:"), or null'),
         "prompt_name": ((str, type(None)), "the name of one of the model's prompts, or null"),
+        # jobs.row_params: a string column whose rows hold JSON, each row's own {"dimensions": N}
+        "params_column": ((str, type(None)), "the name of a column of each row's params as JSON "
+                                             "({\"dimensions\": N}), or null"),
     },
     # engine.SamplingParams; a row's seed is derived from `seed` and its id (queueing.inference)
     "generate": {
@@ -51,6 +56,11 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "logprobs": ((int, type(None)), "an integer N >= 0 (the N likeliest alternatives too), or null"),
         # engine.generate.structured: every row's text follows it; checked at submit (jobs.validate)
         "structured": ((dict, type(None)), "a dict with one of json_schema, json_object, regex, choice, grammar; or null"),
+        # a JSON constraint's whitespace: "compact" (the default: one line, as json.dumps writes it) or "any"
+        "structured_whitespace": ((str,), '"compact" or "any"'),
+        # append the tokens a constraint forces without a forward step each: fewer steps, but
+        # greedy text can differ from transformers' and vLLM's (engine.generate.llm_engine)
+        "jump_forward": ((bool, type(None)), "a boolean (true: jump forward under a constraint), or null"),
         # jobs.chat: strings become a user message (after system_prompt), rendered with the
         # model's chat template; a column of chat messages is rendered whatever these say
         "chat": ((bool,), "a boolean (true: render each string as a user message with the chat template)"),
@@ -267,6 +277,9 @@ class JobSpec:
             raise JobSpecError("params.output_dtype", f'must be "float32" or "float16", got {self.params["output_dtype"]!r}')
         if self.params.get("prompt") is not None and self.params.get("prompt_name") is not None:
             raise JobSpecError("params.prompt_name", "give prompt or prompt_name, not both")
+        if self.params.get("structured_whitespace", "compact") not in STRUCTURED_WHITESPACES:
+            raise JobSpecError("params.structured_whitespace",
+                               f'must be "compact" or "any", got {self.params["structured_whitespace"]!r}')
         if self.params.get("system_prompt") is not None and not self.params.get("chat"):
             raise JobSpecError("params.system_prompt", "applies to chat prompts: set params.chat to true")
 

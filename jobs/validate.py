@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from jobs.chat import without_chat_params
-from jobs.models import ModelRef, model_mode, resolve_model
+from jobs.models import ModelRef, embedding_width, model_mode, resolve_model
 from jobs.row_params import ROW_COLUMN_PARAMS, check_row_column_params, is_row_column_type, row_columns
-from jobs.spec import JobSpec, JobSpecError
+from jobs.spec import MODE_PARAMS, JobSpec, JobSpecError
 from storage.errors import InputError, OutputError
 from storage.manifest import encode_schema, is_committed
 from storage.plan import InputInfo, inspect_input
@@ -24,6 +24,7 @@ from storage.text import is_messages_type
 from storage.write import check_writable
 
 ROW_INDEX_FIELD = pa.field("row_index", pa.int64())   # the id column when a job names none
+ROW_PARAMS_MODES = ("generate", "embed")              # modes whose rows may carry their own params (jobs.row_params)
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,10 @@ def check_job(spec: JobSpec) -> CheckedJob:
     # Outside the try: a JobSpecError is a ValueError, and its field must not become id_column's.
     dimensions = _dimensions(spec, model)
     try:
-        embedding_dtype = {"embedding_dtype": spec.params.get("output_dtype", "float32")} if spec.mode == "embed" else {}
+        embedding = {"embedding_dtype": spec.params.get("output_dtype", "float32"),
+                     "dimensions_per_row": spec.params.get("params_column") is not None} if spec.mode == "embed" else {}
         logprobs = {"logprobs": spec.params.get("logprobs") is not None} if spec.mode == "generate" else {}
-        schema = output_schema(spec.mode, id_field, dimensions=dimensions, **embedding_dtype, **logprobs)
+        schema = output_schema(spec.mode, id_field, dimensions=dimensions, **embedding, **logprobs)
     except ValueError as exc:
         raise JobSpecError("id_column", str(exc)) from None
     return CheckedJob(model=model, input=info, output_schema=_with_carried(schema, spec, info))
@@ -120,7 +122,7 @@ def input_columns(spec: JobSpec) -> dict[str, str]:
 
 
 def _row_columns(spec: JobSpec) -> dict[str, str]:
-    return row_columns(spec.params) if spec.mode == "generate" else {}
+    return row_columns(spec.params) if spec.mode in ROW_PARAMS_MODES else {}
 
 
 def encoded_schema(checked: CheckedJob) -> str:
@@ -131,15 +133,17 @@ def _check_mode(spec: JobSpec, model: ModelRef) -> None:
     serves = model_mode(model.path)
     if serves != spec.mode:
         raise JobSpecError("model", f"{spec.model!r} is a model for {serves!r}, not for mode {spec.mode!r}")
+    malformed = check_row_column_params(spec.params) if spec.mode in ROW_PARAMS_MODES else None
+    if malformed:
+        raise JobSpecError(malformed.split(" ", 1)[0], malformed)
     if spec.mode == "generate":
         from engine.generate.sampling_params import SamplingParams   # imports torch: only here
-        malformed = check_row_column_params(spec.params)
-        if malformed:
-            raise JobSpecError(malformed.split(" ", 1)[0], malformed)
         try:
             SamplingParams(**sampling_kwargs(spec.params))
         except (TypeError, ValueError) as exc:
-            field = "params.structured" if str(exc).startswith("structured") else "params"
+            # SamplingParams' messages start with the field's name ("structured.regex does not compile")
+            name = str(exc).split(" ", 1)[0].split(".", 1)[0]
+            field = f"params.{name}" if name in MODE_PARAMS["generate"] else "params"
             raise JobSpecError(field, str(exc)) from None
     if spec.mode == "embed" and (spec.params.get("prompt") is not None or spec.params.get("prompt_name") is not None):
         _check_prompt(spec, model)
@@ -232,7 +236,7 @@ def _input_field(message: str, spec: JobSpec) -> str:
 def _dimensions(spec: JobSpec, model: ModelRef) -> int | None:
     if spec.mode != "embed":
         return None
-    hidden_size = json.loads(Path(model.path, "config.json").read_text()).get("hidden_size")
+    hidden_size = embedding_width(model.path)
     dimensions = spec.params.get("dimensions")
     if dimensions is not None and hidden_size is not None and dimensions > hidden_size:
         raise JobSpecError("params.dimensions", f"{dimensions} is larger than the model's {hidden_size} dimensions")

@@ -17,6 +17,7 @@ import gc
 import logging
 
 from jobs.records import JobRecord
+from jobs.row_params import shared_params
 from queueing.runtime import Runtime
 
 log = logging.getLogger("barge.worker")
@@ -55,7 +56,7 @@ def _compare(runtime: Runtime, job: JobRecord, rows: list) -> dict:
     if is_loaded_for_check:
         baseline = runtime.load_engine(job.model_key, spec.mode)
     try:
-        return compare(baseline, fp8, rows, spec.params).to_dict()
+        return compare(baseline, fp8, rows, shared_params(spec.params)).to_dict()   # without a per-row column
     finally:
         if is_loaded_for_check:
             del baseline

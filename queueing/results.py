@@ -14,7 +14,7 @@ def build_table(mode: str, ids: pa.Array, outputs: list, *, id_column: str | Non
     """The id and result columns; `schema` (the job's output schema) gives their types."""
     id_name = id_column or ROW_INDEX_COLUMN
     if mode == "embed":
-        columns = _embed_columns(outputs, schema.field("embedding").type.list_size)
+        columns = _embed_columns(outputs, schema.field("embedding").type)
     elif mode == "generate":
         columns = _generate_columns(outputs)
         if "logprobs" in schema.names:
@@ -63,15 +63,24 @@ def _segment(segment) -> dict:
     return {"start": segment.start, "end": segment.end, "text": segment.text, "words": words}
 
 
-def _embed_columns(outputs: list, dim: int) -> dict[str, pa.Array]:
-    flat = np.zeros((len(outputs), dim), dtype=np.float32)
-    valid = np.zeros(len(outputs), dtype=bool)
-    for i, out in enumerate(outputs):
-        if out.embedding is not None:
-            flat[i] = out.embedding
-            valid[i] = True
-    values = pa.array(flat.reshape(-1), type=pa.float32())
+def _embed_columns(outputs: list, embedding_type: pa.DataType) -> dict[str, pa.Array]:
+    """A fixed-size list of the job's width, or (rows asking their own, jobs.row_params) a
+    list as long as each row's vector; null for a failed row either way."""
+    valid = np.array([out.embedding is not None for out in outputs], dtype=bool)
+    vectors = [np.asarray(out.embedding, dtype=np.float32) for out in outputs if out.embedding is not None]
+    values = pa.array(np.concatenate(vectors) if vectors else np.zeros(0, np.float32), type=pa.float32())
+    if pa.types.is_fixed_size_list(embedding_type):
+        # a failed row holds list_size zeros under its null
+        flat = np.zeros((len(outputs), embedding_type.list_size), dtype=np.float32)
+        flat[valid] = np.asarray(values).reshape(-1, embedding_type.list_size)
+        embedding = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), type=pa.float32()),
+                                                      embedding_type.list_size, mask=pa.array(~valid))
+    else:
+        widths = np.zeros(len(outputs), dtype=np.int32)
+        widths[valid] = [len(vector) for vector in vectors]
+        offsets = pa.array(np.concatenate([[0], np.cumsum(widths)]).astype(np.int32))
+        embedding = pa.ListArray.from_arrays(offsets, values, mask=pa.array(~valid))
     return {
-        "embedding": pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid)),
+        "embedding": embedding,
         "num_tokens": pa.array([out.num_tokens for out in outputs], type=pa.int32()),
     }

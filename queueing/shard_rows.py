@@ -15,8 +15,8 @@ import pyarrow as pa
 
 from jobs.chat import chat_prompts
 from jobs.records import JobRecord
-from jobs.row_params import ROW_COLUMN_PARAMS, row_overrides
-from jobs.validate import read_columns
+from jobs.row_params import ROW_COLUMN_PARAMS, embed_row_error, row_overrides
+from jobs.validate import ROW_PARAMS_MODES, read_columns
 from storage.fs import redact
 from storage.plan import ShardPlan
 from storage.read import read_shard
@@ -48,7 +48,7 @@ def read_rows(job: JobRecord, shard: ShardPlan) -> ShardRows:
             errors[row] = f"the id is null; the row is {row_origin(shard, row)}"
     else:
         ids = input_positions(shard)
-    row_params = _row_params(job, table, ids, errors) if spec.mode == "generate" else None
+    row_params = _row_params(job, table, ids, errors) if spec.mode in ROW_PARAMS_MODES else None
     for row in errors:
         inputs[row] = None
     carried_names = list(spec.carry_columns) + (list(shard.pieces[0].partition) if spec.partition_columns else [])
@@ -57,23 +57,35 @@ def read_rows(job: JobRecord, shard: ShardPlan) -> ShardRows:
 
 def _row_params(job: JobRecord, table: pa.Table, ids: pa.Array, errors: dict[int, str]) -> list[dict] | None:
     """Each row's params from the job's per-row columns; a row whose params are refused
-    (bad JSON, a constraint that does not compile) gets that as its error here, before
-    any engine time."""
+    (bad JSON, a constraint that does not compile, an embed row's dimensions of 0) gets
+    that as its error here, before any engine time."""
     params = job.spec.params
     names = [params[name] for name in ROW_COLUMN_PARAMS if params.get(name) is not None]
     if not names:
         return None
-    from queueing.inference import row_sampling_params   # imports the engine: generate workers only
     overrides, refused = row_overrides(params, {name: table.column(name).to_pylist() for name in names})
+    check = _generate_row_error if job.spec.mode == "generate" else _embed_row_error
     for row, override in enumerate(overrides):
         if override and row not in refused and row not in errors:
-            try:
-                row_sampling_params(params, ids.slice(row, 1), [override])
-            except (TypeError, ValueError) as error:
+            error = check(params, ids.slice(row, 1), override)
+            if error is not None:
                 refused[row] = f"column {', '.join(map(repr, names))}: {error}"
     for row, error in refused.items():
         errors.setdefault(row, error)
     return [{} if row in errors else override for row, override in enumerate(overrides)]
+
+
+def _generate_row_error(params: dict, row_id: pa.Array, override: dict) -> str | None:
+    from queueing.inference import row_sampling_params   # imports the engine: generate workers only
+    try:
+        row_sampling_params(params, row_id, [override])
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return None
+
+
+def _embed_row_error(params: dict, row_id: pa.Array, override: dict) -> str | None:
+    return embed_row_error(override)
 
 
 def input_positions(shard: ShardPlan) -> pa.Array:

@@ -47,14 +47,17 @@ EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
 
 
 def output_schema(mode: str, id_field: pa.Field, *, dimensions: int | None = None,
-                  embedding_dtype: str = "float32", logprobs: bool = False) -> pa.Schema:
+                  embedding_dtype: str = "float32", dimensions_per_row: bool = False,
+                  logprobs: bool = False) -> pa.Schema:
     """The schema of every part file of a job in `mode`.
 
     `id_field` is the input's id column (name and type are kept). `dimensions`
     is required for "embed": the length of each embedding vector, whose values are
-    `embedding_dtype` ("float32" or "float16"). `logprobs` adds LOGPROBS_FIELD to "generate".
+    `embedding_dtype` ("float32" or "float16"); a fixed-size list, unless rows may ask
+    their own width (`dimensions_per_row`, jobs.row_params): then a list as long as
+    each row's. `logprobs` adds LOGPROBS_FIELD to "generate".
     """
-    result_fields = _result_fields(mode, dimensions, embedding_dtype)
+    result_fields = _result_fields(mode, dimensions, embedding_dtype, dimensions_per_row)
     if logprobs:
         if mode != "generate":
             raise ValueError(f"logprobs applies only to generate, not to {mode!r}")
@@ -67,18 +70,20 @@ def output_schema(mode: str, id_field: pa.Field, *, dimensions: int | None = Non
     return pa.schema(fields)
 
 
-def _result_fields(mode: str, dimensions: int | None, embedding_dtype: str) -> list[pa.Field]:
+def _result_fields(mode: str, dimensions: int | None, embedding_dtype: str,
+                   dimensions_per_row: bool) -> list[pa.Field]:
     if mode == "embed":
         if isinstance(dimensions, bool) or not isinstance(dimensions, numbers.Integral) or dimensions < 1:
             raise ValueError(f"embed needs dimensions as a positive int, got {dimensions!r}")
         if embedding_dtype not in EMBEDDING_DTYPES:
             raise ValueError(f"embedding_dtype must be one of {tuple(EMBEDDING_DTYPES)}, got {embedding_dtype!r}")
         value_type = EMBEDDING_DTYPES[embedding_dtype]
+        list_type = pa.list_(value_type) if dimensions_per_row else pa.list_(value_type, int(dimensions))
         return [
-            pa.field("embedding", pa.list_(value_type, int(dimensions))),  # null when the row failed
+            pa.field("embedding", list_type),  # null when the row failed
             pa.field("num_tokens", pa.int32()),
         ]
-    if dimensions is not None:
+    if dimensions is not None or dimensions_per_row:
         raise ValueError(f"dimensions applies only to embed, not to {mode!r}")
     if mode not in _RESULT_FIELDS:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")

@@ -1,15 +1,22 @@
 """The workers page (heartbeats from jobs.worker_beats, current shards from the shards'
 own leases) and the schedules page (next fire time, recent runs with the rows each
-computed and reused)."""
+computed and reused).
+
+A schedule's times are shown in its own zone, with their date and the zone's abbreviation
+("2026-12-07 02:00:00 CET"): a nightly schedule's runs differ only by date, and an
+abbreviation says which side of a clock change a time falls on.
+"""
 
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 from sqlalchemy import func, select
 
 from jobs import tables
 from jobs.api_tables import api_batches
+from jobs.schedules import ScheduleError, zone
 from jobs.status import JobStatus, ShardStatus
 from jobs.store import Store
 from jobs.worker_beats import WorkerBeats
@@ -60,12 +67,26 @@ def schedules(store: Store) -> list[dict]:
         rows = _rows_by_job(store, [run.job_id for run in runs])
         found.append({"name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone,
                       "is_enabled": schedule.is_enabled, "catchup": schedule.catchup,
-                      "next_run_at": schedule.next_run_at, "template": redact_value(schedule.template),
-                      "runs": [{"period_at": run.period_at, "kind": run.kind, "job_id": run.job_id,
+                      "next_run_at": schedule.next_run_at, "next_run": zoned(schedule.next_run_at, schedule.timezone),
+                      "template": redact_value(schedule.template),
+                      "runs": [{"period_at": run.period_at, "period": zoned(run.period_at, schedule.timezone),
+                                "kind": run.kind, "job_id": run.job_id,
                                 "status": run.status, "error": redact_text(run.error), "pruned": run.pruned_at is not None,
                                 **rows.get(run.job_id, {"rows_computed": 0, "rows_reused": 0, "job_status": None})}
                                for run in runs]})
     return found
+
+
+def zoned(t: float | None, tz: str) -> dict | None:
+    """A UTC epoch in zone `tz`: {"text": "2026-12-07 02:00:00 CET", "iso": "2026-12-07T02:00:00+01:00"}.
+    A zone this machine's tz database lacks (the schedule was added elsewhere) reads in UTC."""
+    if t is None:
+        return None
+    try:
+        local = datetime.fromtimestamp(t, zone(tz))
+    except ScheduleError:
+        local = datetime.fromtimestamp(t, timezone.utc)
+    return {"text": local.strftime("%Y-%m-%d %H:%M:%S %Z"), "iso": local.isoformat()}
 
 
 def _rows_by_job(store: Store, job_ids: list[str]) -> dict[str, dict]:

@@ -194,8 +194,7 @@ class LLMEngine:
         self._record_logprobs(scheduler_output, runner_output)
         finished = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
         finished += self._apply_stop_strings(scheduler_output, runner_output)
-        if self.options.enable_jump_forward:
-            self._jump_forward(scheduler_output, runner_output)
+        self._jump_forward(scheduler_output, runner_output)
         return failed + finished
 
     @property
@@ -220,12 +219,13 @@ class LLMEngine:
     def _jump_forward(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         """Append what each constrained request's grammar forces next (the keys and punctuation
         of a schema): the next step computes those tokens with the one after them, in one pass.
-        Requests asking for logprobs are left out: forced tokens have no distribution to report.
+        Only requests that ask for it (SamplingParams.jump_forward, else the engine's option);
+        requests asking for logprobs are left out: forced tokens have no distribution to report.
         One sampled token is always left before max_tokens or the context limit, so that where
         a request stops stays the scheduler's decision."""
         self._num_forced_since_step = 0
         for request in scheduler_output.requests:
-            if (request.grammar is None or request.is_finished or request.params.logprobs is not None
+            if (not self._jumps_forward(request) or request.is_finished or request.params.logprobs is not None
                     or request.request_id not in runner_output.sampled_token_ids):
                 continue
             room = min(request.params.max_tokens - request.num_output_tokens,
@@ -233,6 +233,10 @@ class LLMEngine:
             forced = request.grammar.forced_tokens()[:max(room, 0)]
             request.append_forced(forced)
             self._num_forced_since_step += len(forced)
+
+    def _jumps_forward(self, request: Request) -> bool:
+        asked = request.params.jump_forward
+        return request.grammar is not None and (self.options.enable_jump_forward if asked is None else asked)
 
     def _step_stats(self, output: SchedulerOutput) -> StepStats:
         """The batch as scheduled: blocks are counted once this step's are allocated."""

@@ -24,6 +24,10 @@ class SamplingParams:
     # the text must follow this: {"json_schema": ...} | {"json_object": True} | {"regex": ...}
     # | {"choice": [...]} | {"grammar": ...}; kept as a StructuredOutput (engine.generate.structured)
     structured: StructuredOutput | dict | None = None
+    structured_whitespace: str = "compact"  # a JSON constraint's whitespace: "compact" (one line, ", " and ": ")
+                                            # or "any" (xgrammar's default; a sampling model can run on in spaces)
+    jump_forward: bool | None = None      # structured: append the tokens the grammar forces without a step
+                                          # each; None = the engine's GenerateOptions.enable_jump_forward
 
     def __post_init__(self) -> None:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
@@ -45,7 +49,9 @@ class SamplingParams:
         for name in ("logprobs", "prompt_logprobs"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=0)
-        object.__setattr__(self, "structured", StructuredOutput.parse(self.structured))
+        if self.jump_forward is not None and not isinstance(self.jump_forward, bool):
+            raise ValueError(f"jump_forward must be a boolean or None, got {self.jump_forward!r}")
+        object.__setattr__(self, "structured", StructuredOutput.parse(self.structured, self.structured_whitespace))
 
     @property
     def is_greedy(self) -> bool:

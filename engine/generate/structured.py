@@ -8,6 +8,12 @@ A user writes it as a dict with exactly one kind:
     {"choice": ["a", "b", ...]}                     exactly one of the strings
     {"grammar": "<EBNF as xgrammar reads it>"}      a text of the grammar (root rule: root)
 
+A JSON document (json_schema, json_object) is compact by default: one line, with ", " and
+": " between items, keys and values as json.dumps writes them (xgrammar's any_whitespace=False).
+Under xgrammar's own default, any whitespace, a sampling model can run on in spaces and
+newlines until max_tokens; whitespace="any" (SamplingParams.structured_whitespace) keeps it.
+Regexes, choices and grammars spell their own whitespace: the option leaves them alone.
+
 Checking compiles the grammar without a tokenizer (xgrammar's parsers, a millisecond or
 so), so a schema, regex or grammar that cannot be compiled is refused here, before any
 engine time; compiling it against a model's vocabulary is engine.generate.grammar's job.
@@ -16,12 +22,15 @@ xgrammar is imported only when a constraint is used: it pulls in transformers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 KINDS = ("json_schema", "json_object", "regex", "choice", "grammar")
+JSON_KINDS = ("json_schema", "json_object")
+WHITESPACES = ("compact", "any")     # between a JSON document's tokens; "compact" is the default
 # xgrammar's C++ errors start with a time stamp, a source location and sometimes a check.
 _NATIVE_PREFIX = re.compile(r"^(\[[^\]]*\]\s*)?(\S+\.cc:\d+:\s*)?(Check failed: \(.*?\) is false:\s*)?")
 
@@ -33,12 +42,20 @@ class StructuredOutput:
     kind: str       # one of KINDS
     source: str     # json_schema: the schema as JSON text (key order kept: it is the output's order);
                     # choice: the strings as a JSON list; regex, grammar: as given; json_object: ""
+    any_whitespace: bool = False    # JSON_KINDS only: any whitespace between tokens, not compact;
+                                    # always False for the other kinds, so they share one cache entry
 
     @classmethod
-    def parse(cls, value: "StructuredOutput | dict | None") -> "StructuredOutput | None":
-        """A StructuredOutput from what a user wrote; ValueError naming `structured` otherwise."""
-        if value is None or isinstance(value, StructuredOutput):
-            return value
+    def parse(cls, value: "StructuredOutput | dict | None", whitespace: str = "compact") -> "StructuredOutput | None":
+        """A StructuredOutput from what a user wrote, its JSON whitespace as `whitespace` says
+        (one of WHITESPACES); ValueError naming `structured` or `structured_whitespace` otherwise."""
+        if whitespace not in WHITESPACES:
+            raise ValueError(f"structured_whitespace must be one of {', '.join(map(repr, WHITESPACES))}, "
+                             f"got {whitespace!r}")
+        if value is None:
+            return None
+        if isinstance(value, StructuredOutput):
+            return value.with_whitespace(whitespace)
         if not isinstance(value, dict):
             raise ValueError(f"structured must be a dict with one of {', '.join(KINDS)}, got {type(value).__name__}")
         unknown = sorted(str(key) for key in value if key not in KINDS)
@@ -48,9 +65,15 @@ class StructuredOutput:
             given = ", ".join(value) or "none"
             raise ValueError(f"structured must have exactly one of {', '.join(KINDS)}, got {given}")
         (kind, argument), = value.items()
-        structured = cls(kind, _canonical_source(kind, argument))
+        structured = cls(kind, _canonical_source(kind, argument)).with_whitespace(whitespace)
         _check_compiles(structured)
         return structured
+
+    def with_whitespace(self, whitespace: str) -> "StructuredOutput":
+        any_whitespace = whitespace == "any" and self.kind in JSON_KINDS
+        if any_whitespace == self.any_whitespace:
+            return self
+        return dataclasses.replace(self, any_whitespace=any_whitespace)
 
     def to_dict(self) -> dict:
         """The user's form again (choice comes back as its list), e.g. for a job's manifest."""
@@ -109,12 +132,14 @@ def _check_compiles(structured: StructuredOutput) -> None:
 @lru_cache(maxsize=256)
 def grammar_of(structured: StructuredOutput):
     """The xgrammar Grammar (not yet compiled against a vocabulary); RuntimeError if invalid.
-    json_schema keeps xgrammar's defaults (any whitespace, strict: no properties beyond the schema)."""
+    json_schema is strict (no properties beyond the schema: xgrammar's default); both JSON
+    kinds are compact unless any_whitespace (module docstring)."""
     import xgrammar
     if structured.kind == "json_schema":
-        return xgrammar.Grammar.from_json_schema(structured.source)
+        return xgrammar.Grammar.from_json_schema(structured.source, any_whitespace=structured.any_whitespace)
     if structured.kind == "json_object":
-        return xgrammar.Grammar.from_json_schema(json.dumps({"type": "object"}), strict_mode=False)
+        return xgrammar.Grammar.from_json_schema(json.dumps({"type": "object"}), strict_mode=False,
+                                                 any_whitespace=structured.any_whitespace)
     if structured.kind == "regex":
         return xgrammar.Grammar.from_regex(structured.source)
     if structured.kind == "choice":
@@ -130,7 +155,8 @@ def from_response_format(response_format: dict | None) -> dict | None:
     """OpenAI's `response_format` as the `structured` dict: {"type": "json_schema",
     "json_schema": {"name", "schema", "strict"}} -> {"json_schema": schema};
     {"type": "json_object"} -> {"json_object": True}; {"type": "text"} or None -> None.
-    ValueError naming response_format for anything else (the caller's 400)."""
+    ValueError naming response_format for anything else (the caller's 400). The document is
+    compact, as for every request that does not set structured_whitespace="any"."""
     if response_format is None:
         return None
     kind = response_format.get("type") if isinstance(response_format, dict) else None

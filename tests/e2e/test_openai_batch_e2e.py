@@ -166,6 +166,31 @@ def test_embeddings_batch_equals_engine_embed(deployment):
     assert outputs["one"].usage.prompt_tokens > 0
 
 
+def test_embedding_lines_of_different_dimensions_run_as_one_batch(deployment):
+    """Each line its own width, as each is its own request to OpenAI; a width over the
+    model's 384 fails the batch at create, naming its line."""
+    from engine import Engine
+    client = _client(deployment)
+
+    def line(custom_id: str, dimensions: int, **body) -> dict:
+        return {"custom_id": custom_id, "method": "POST", "url": "/v1/embeddings",
+                "body": {"model": "minilm", "input": TEXTS[:2], "dimensions": dimensions, **body}}
+    batch = _poll(client, _submit(client, [line("d64", 64), line("d16", 16, encoding_format="base64")],
+                                  "/v1/embeddings").id, ("completed", "failed"), deployment=deployment)
+    assert batch.status == "completed", batch
+    bodies = {line["custom_id"]: line["response"]["body"] for line in _lines(client, batch.output_file_id)}
+    engine = Engine.from_pretrained(resolve_model("minilm").path, mode="embed")
+    d64 = np.asarray([item["embedding"] for item in bodies["d64"]["data"]], np.float32)
+    d16 = np.stack([np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4") for item in bodies["d16"]["data"]])
+    np.testing.assert_allclose(d64, engine.embed(TEXTS[:2], dimensions=64), atol=1e-6)
+    np.testing.assert_allclose(d16, engine.embed(TEXTS[:2], dimensions=16), atol=1e-6)
+
+    refused = _poll(client, _submit(client, [line("d64", 64), line("d999", 999)], "/v1/embeddings").id,
+                    ("completed", "failed"), deployment=deployment)
+    assert refused.status == "failed"
+    assert [(error.line, error.param) for error in refused.errors.data] == [(2, "body.dimensions")]
+
+
 def test_completions_batch_parses_as_completion(deployment, smollm2):
     from engine import SamplingParams
     client = _client(deployment)

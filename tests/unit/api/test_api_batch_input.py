@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from api.batch_input import CHAT, COMPLETIONS, DEFAULT_MAX_TOKENS, EMBEDDINGS, completion_window_s, parse_batch
+from api.batch_input import (CHAT, COMPLETIONS, DEFAULT_MAX_TOKENS, EMBEDDINGS, BatchRequests, completion_window_s,
+                             parse_batch)
 
 MODELS = {"smollm2": "generate", "qwen3": "generate", "minilm": "embed"}
 
@@ -130,10 +131,31 @@ def test_every_bad_line_is_reported_with_its_number():
                                (4, "invalid_value", "body.temperature")]
 
 
-def test_an_embeddings_batch_takes_one_dimensions():
-    data = jsonl(line("a", EMBEDDINGS, model="minilm", input="x", dimensions=8),
-                 line("b", EMBEDDINGS, model="minilm", input="y", dimensions=16))
-    assert errors_of(data, EMBEDDINGS) == [(2, "mismatched_parameters", "body.dimensions")]
+def test_embedding_lines_take_their_own_dimensions_as_row_params():
+    batch = parse_batch(jsonl(line("a", EMBEDDINGS, model="minilm", input=["x", "y"], dimensions=8),
+                              line("b", EMBEDDINGS, model="minilm", input="z"),
+                              line("c", EMBEDDINGS, model="minilm", input="w", dimensions=384)),
+                        EMBEDDINGS, MODELS, {"minilm": 384})
+    assert batch.params == {"params_column": "params"}
+    assert row_params(batch) == [{"dimensions": 8}, {"dimensions": 8}, {}, {"dimensions": 384}]
+
+
+@pytest.mark.parametrize("dimensions", [385, 0, -1, 2.5, True, "64"])
+def test_a_dimensions_the_model_cannot_give_is_its_lines_error(dimensions):
+    data = jsonl(line("a", EMBEDDINGS, model="minilm", input="x", dimensions=32),
+                 line("b", EMBEDDINGS, model="minilm", input="y", dimensions=dimensions),
+                 line("c", EMBEDDINGS, model="minilm", input="z", dimensions=128))
+    result = parse_batch(data, EMBEDDINGS, MODELS, {"minilm": 384})
+    assert [(error.line, error.code, error.param) for error in result] == [(2, "invalid_value", "body.dimensions")]
+    assert result[0].message.startswith("dimensions must be an integer from 1 to 384, the model's width, got ")
+
+
+def test_without_the_models_width_only_a_positive_integer_is_checked_here():
+    """A model whose config names no width: the engine refuses a too-wide row as it runs."""
+    assert isinstance(parse_batch(jsonl(line("a", EMBEDDINGS, model="minilm", input="x", dimensions=4096)),
+                                  EMBEDDINGS, MODELS), BatchRequests)
+    assert errors_of(jsonl(line("a", EMBEDDINGS, model="minilm", input="x", dimensions=0)), EMBEDDINGS) == [
+        (1, "invalid_value", "body.dimensions")]
 
 
 def test_lines_must_share_one_model():

@@ -65,6 +65,19 @@ def test_embeddings_in_float_and_base64():
     assert as_float["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
 
 
+def test_each_line_keeps_its_own_width_in_float_and_base64():
+    """Lines asking different dimensions: the job's list column holds each row's length."""
+    rows = [{"embedding": [0.6, 0.8], "num_tokens": 2, "error": None},
+            {"embedding": [1.0, 0.0, 0.0, 0.0], "num_tokens": 4, "error": None},
+            {"embedding": [0.0, 1.0, 0.0, 0.0], "num_tokens": 5, "error": None}]
+    made = batch_output("/v1/embeddings", "minilm", requests(["two", "four"], [0, 1, 1], ["float", "base64"]), rows,
+                        "succeeded")
+    two, four = (json.loads(line)["response"]["body"] for line in made.output_lines)
+    assert len(two["data"][0]["embedding"]) == 2
+    decoded = [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4") for item in four["data"]]
+    assert [len(vector) for vector in decoded] == [4, 4] and four["usage"]["prompt_tokens"] == 9
+
+
 LOGPROBS = [  # the job's logprobs column for "Par" + "\xe9" split over two tokens: bytes, not text, are whole
     {"token_id": 7, "token": b"Par", "logprob": -0.25,
      "top_logprobs": [{"token_id": 7, "token": b"Par", "logprob": -0.25}, {"token_id": 9, "token": b"Lo", "logprob": -2.0}]},

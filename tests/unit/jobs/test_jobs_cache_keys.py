@@ -67,3 +67,13 @@ def test_model_revision_follows_config_and_weights(tmp_path):
 def test_incremental_must_be_a_boolean():
     with pytest.raises(ValueError, match="incremental: must be a boolean"):
         spec(incremental="yes")
+
+
+def test_a_structured_jobs_namespace_changes_with_what_its_unset_options_mean(monkeypatch):
+    """Compact JSON and no jump-forward became the defaults: the same params gave other text before."""
+    import jobs.cache_keys
+    structured = spec(mode="generate", model="smollm2", params={"structured": {"json_object": True}})
+    free = spec(mode="generate", model="smollm2")
+    before = cache_namespace(structured, "rev1"), cache_namespace(free, "rev1")
+    monkeypatch.setattr(jobs.cache_keys, "STRUCTURED_DEFAULTS", jobs.cache_keys.STRUCTURED_DEFAULTS + 1)
+    assert cache_namespace(structured, "rev1") != before[0] and cache_namespace(free, "rev1") == before[1]

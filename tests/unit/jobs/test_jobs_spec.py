@@ -92,6 +92,13 @@ def test_a_minimal_spec_gets_the_defaults():
     (dict(mode="generate", kv_cache_dtype="int8"), "kv_cache_dtype", "'int8' is not one of 'auto', 'fp8' or null"),
     (dict(mode="generate", kv_cache_dtype="FP8"), "kv_cache_dtype", "is not one of"),
     (dict(kv_cache_dtype="fp8"), "kv_cache_dtype", "applies to generate jobs only, not mode 'embed'"),
+    # structured output's options
+    (dict(mode="generate", params={"structured_whitespace": "tabs"}), "params.structured_whitespace",
+     'must be "compact" or "any", got \'tabs\''),
+    (dict(mode="generate", params={"structured_whitespace": None}), "params.structured_whitespace",
+     '"compact" or "any"'),
+    (dict(mode="generate", params={"jump_forward": "on"}), "params.jump_forward", "a boolean"),
+    (dict(params={"jump_forward": True}), "params.jump_forward", "unknown parameter for mode 'embed'"),
 ])
 def test_a_bad_spec_is_refused_naming_the_field(changes, field, words):
     with pytest.raises(JobSpecError) as caught:

@@ -93,6 +93,18 @@ def test_an_unknown_model_is_refused(corpus, tmp_path):
     assert "no-such-model" in error.problem and "minilm" in error.problem
 
 
+def test_an_embed_job_with_a_params_column_writes_a_list_as_long_as_each_rows(tmp_path):
+    corpus = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"], "params": ['{"dimensions": 32}', None]}), corpus)
+    checked = check_job(spec(tmp_path, tmp_path, input=str(corpus), params={"params_column": "params"}))
+    assert checked.output_schema.field("embedding").type == pa.list_(pa.float32())
+    incremental = refusal(spec(tmp_path, tmp_path, input=str(corpus), params={"params_column": "params"},
+                               incremental=True))
+    assert incremental.field == "params.params_column" and "per-row params" in incremental.problem
+    assert refusal(spec(tmp_path, tmp_path, input=str(corpus), params={"params_column": "nope"})).field == \
+        "params.params_column"
+
+
 def test_a_registered_model_with_a_small_hidden_size(corpus, tmp_path, monkeypatch):
     folder = tmp_path / "tiny"
     folder.mkdir()
@@ -248,3 +260,17 @@ def test_a_transcribe_job_may_ask_for_words_detection_and_sequential_windows(cor
                                                            "long_form": "sequential"}))
     with pytest.raises(JobSpecError, match="params.word_timestamps: must be a boolean"):
         spec(corpus, tmp_path, **job, params={"word_timestamps": "yes"})
+
+
+@pytest.mark.parametrize("params, field, problem", [
+    ({"structured": {"regex": "[a-"}}, "params.structured", "structured.regex does not compile"),
+    ({"max_tokens": 0}, "params.max_tokens", "max_tokens must be an int >= 1"),
+])
+def test_a_bad_generate_param_is_refused_at_submit_naming_it(corpus, tmp_path, params, field, problem):
+    refused = refusal(spec(corpus, tmp_path, mode="generate", model="smollm2", params=params))
+    assert refused.field == field and problem in refused.problem
+
+
+def test_a_generate_job_may_ask_for_any_whitespace_and_jump_forward(corpus, tmp_path):
+    check_job(spec(corpus, tmp_path, mode="generate", model="smollm2",
+                   params={"structured": {"json_object": True}, "structured_whitespace": "any", "jump_forward": True}))

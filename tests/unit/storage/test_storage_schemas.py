@@ -25,6 +25,14 @@ def test_embed_as_float16():
         output_schema("embed", ID, dimensions=64, embedding_dtype="int8")
 
 
+@pytest.mark.parametrize("embedding_dtype, value_type", [("float32", pa.float32()), ("float16", pa.float16())])
+def test_embed_with_a_width_per_row_is_a_plain_list(embedding_dtype, value_type):
+    schema = output_schema("embed", ID, dimensions=384, embedding_dtype=embedding_dtype, dimensions_per_row=True)
+    assert schema.field("embedding").type == pa.list_(value_type)
+    with pytest.raises(ValueError, match="only to embed"):
+        output_schema("generate", ID, dimensions_per_row=True)
+
+
 def test_generate_keeps_the_id_name_and_type():
     schema = output_schema("generate", pa.field("key", pa.string()))
     assert schema == pa.schema([

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from engine.generate.sampling_params import SamplingParams
-from engine.generate.structured import StructuredOutput, from_response_format
+from engine.generate.structured import StructuredOutput, from_response_format, grammar_of
 
 SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}, "required": ["b"]}
 
@@ -76,3 +76,53 @@ def test_openai_response_format_maps_onto_the_same_dict(response_format, structu
 def test_a_response_format_that_maps_to_nothing_raises_naming_it(response_format):
     with pytest.raises(ValueError, match="response_format"):
         from_response_format(response_format)
+
+
+def _accepts(structured: StructuredOutput, text: str) -> bool:
+    """The whole text is a complete string of the constraint's grammar (xgrammar's matcher,
+    fed characters: no vocabulary needed)."""
+    import xgrammar
+    compiler = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo([]))
+    matcher = xgrammar.GrammarMatcher(compiler.compile_grammar(grammar_of(structured)))
+    return matcher.accept_string(text) and matcher.is_completed()
+
+
+@pytest.mark.parametrize("structured", [{"json_schema": {"type": "object", "properties": {"a": {"type": "integer"}},
+                                                         "required": ["a"]}},
+                                        {"json_object": True}])
+def test_json_is_compact_by_default_and_any_whitespace_restores_xgrammars_grammar(structured):
+    compact = SamplingParams(structured=structured).structured
+    spaced = SamplingParams(structured=structured, structured_whitespace="any").structured
+    assert not compact.any_whitespace and spaced.any_whitespace and compact != spaced    # two cache entries
+    assert _accepts(compact, '{"a": 1}') and _accepts(spaced, '{"a": 1}')     # json.dumps' own spacing
+    for text in ('{ "a" : 1 }', '{"a":1}', '{\n  "a": 1\n}', '{"a":    1}'):
+        assert not _accepts(compact, text) and _accepts(spaced, text)
+
+
+def test_whitespace_leaves_regex_choice_and_grammar_alone():
+    for structured in ({"regex": r"\d+ \d+"}, {"choice": ["a b", "c"]}, {"grammar": 'root ::= "x" " "*'}):
+        assert (SamplingParams(structured=structured).structured
+                == SamplingParams(structured=structured, structured_whitespace="any").structured)
+
+
+def test_whitespace_follows_the_params_when_a_constraint_is_reused():
+    compact = SamplingParams(structured={"json_object": True}).structured
+    assert SamplingParams(structured=compact, structured_whitespace="any").structured.any_whitespace
+
+
+def test_an_openai_response_format_is_compact_json():
+    structured = from_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}})
+    params = SamplingParams(structured=structured)
+    assert not params.structured.any_whitespace and _accepts(params.structured, '{"b": 1, "a": "x"}')
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"structured_whitespace": "none"}, "structured_whitespace must be one of 'compact', 'any', got 'none'"),
+    ({"structured_whitespace": None}, "structured_whitespace must be one of"),
+    ({"jump_forward": "yes"}, "jump_forward must be a boolean or None, got 'yes'"),
+    ({"jump_forward": 1}, "jump_forward must be a boolean"),
+])
+def test_bad_whitespace_or_jump_forward_raise_naming_it(kwargs, message):
+    with pytest.raises(ValueError) as error:
+        SamplingParams(structured={"json_object": True}, **kwargs)
+    assert message in str(error.value)
