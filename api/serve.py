@@ -29,8 +29,14 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", *,
           public_url: str | None = None) -> int:
     import uvicorn
 
-    from api.app import create_app
+    from api.app import api_settings_from_env, create_app
+    from jobs.hosts import check_setting
+    from jobs.settings import Settings
     from queueing.logs import configure_logging
+
+    settings = Settings.from_env()
+    # many hosts: the workers read each batch's input from, and write its output to, the API's files
+    check_setting("BARGE_API_FILES_URL", api_settings_from_env(settings).files_url, settings)
 
     configure_logging(log_level.upper())   # Barge's own lines: through the redaction, as a worker's
     ticket = LoginTicket() if login_url else None

@@ -210,9 +210,12 @@ def submitted_spec(args) -> JobSpec:
 
 def _status(args) -> int:
     from jobs.planned import audio_progress, planned_layout
+    from jobs.unserved import unserved_jobs
     client = Client()
     state = client.job(args.job_id).status()
     _print_status(state)
+    for unserved in unserved_jobs(client.store.engine, job_ids=[args.job_id]):
+        print(f"  {unserved.describe()}")
     shards = client.store.list_shards(args.job_id)
     audio = audio_progress(shards, state)
     if audio is not None:

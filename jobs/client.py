@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 from jobs.throughput import format_duration, format_rate
 from jobs.inspection import keep_inspection
 from jobs.private_files import tighten_data_dir
+from jobs.hosts import check_job_locations
 from jobs.validate import check_job, encoded_schema
 from queueing.failpoints import failpoint
 from queueing.transient import is_transient
@@ -70,6 +71,7 @@ class Client:
         """Check the job against its data, record it, queue its planning. A refused job
         raises `JobSpecError` naming the field, and nothing is queued. A given `job_id`
         that exists already raises sqlalchemy's IntegrityError (schedules rely on it)."""
+        check_job_locations(spec, self.settings)   # many hosts: nothing on this host's disk alone (jobs.hosts)
         checked = check_job(spec)
         if checked.model.pinned:   # a Hub id: the job stores the commit it resolved to now, for every worker
             spec = replace(spec, model=checked.model.pinned)

@@ -48,9 +48,10 @@ OCCUPANCY_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0, float("inf"))   # ove
 
 class WorkerMetrics:
     def __init__(self, shard_counts: Callable[[], dict[tuple[str, str], int]] | None = None,
-                 stalled_workers: Callable[[], int] | None = None):
+                 stalled_workers: Callable[[], int] | None = None, unserved_jobs: Callable[[], int] | None = None):
         """`shard_counts`: (model key, "pending" | "running") -> shards, read from SQL per scrape;
-        `stalled_workers`: worker processes that exited because their engine stalled (SQL)."""
+        `stalled_workers`: worker processes that exited because their engine stalled (SQL);
+        `unserved_jobs`: queued or running jobs whose model no live worker serves (jobs.unserved)."""
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.rows = Counter("barge_rows_processed", "Rows of committed shards, failed rows included.",
@@ -70,6 +71,8 @@ class WorkerMetrics:
             r.register(_SqlShardCounts(shard_counts))
         if stalled_workers is not None:
             r.register(_SqlStalls(stalled_workers))
+        if unserved_jobs is not None:
+            r.register(_SqlUnserved(unserved_jobs))
         self._engines = _EngineOoms()
         r.register(self._engines)
         self._server = None
@@ -237,6 +240,21 @@ class _SqlStalls:
         yield GaugeMetricFamily("barge_engine_stalls", "Worker processes that exited because their engine made no "
                                 "progress within BARGE_ENGINE_STALL_S (from the workers' last heartbeats, kept "
                                 "until their rows are pruned; the same on every worker).", value=count)
+
+
+class _SqlUnserved(_SqlStalls):
+    """barge_jobs_unserved: queued or running jobs whose model no worker has served for
+    BARGE_UNSERVED_AFTER_S (jobs.unserved), read from SQL per scrape."""
+
+    def collect(self):
+        try:
+            count = self.count()
+        except Exception:   # a database blip must not break the scrape of the other metrics
+            log.warning("reading unserved jobs for metrics failed", exc_info=True)
+            return
+        yield GaugeMetricFamily("barge_jobs_unserved", "Queued or running jobs whose model no live worker has served "
+                                "for BARGE_UNSERVED_AFTER_S (from the workers' heartbeats; the same on every worker).",
+                                value=count)
 
 
 class _EngineOoms:

@@ -22,6 +22,7 @@ from jobs.models import model_mode, resolve_model
 from jobs.private_files import tighten_data_dir
 from jobs.settings import Settings
 from jobs.store import Store
+from jobs.unserved import unserved_jobs
 from jobs.worker_beats import num_stalled
 from queueing.app import create_app
 from queueing.device_telemetry import DeviceTelemetry
@@ -58,7 +59,8 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
     if metrics_port is not None:
         options = replace(options, metrics_port=metrics_port)
     runtime = Runtime(settings=settings, store=store, app=app, options=options,
-                      metrics=WorkerMetrics(store.shard_counts_by_model, lambda: num_stalled(store.engine)),
+                      metrics=WorkerMetrics(store.shard_counts_by_model, lambda: num_stalled(store.engine),
+                                            lambda: len(unserved_jobs(store.engine))),
                       device=device, watch=watch_from_env())
     heartbeat = Heartbeat(runtime)
     runtime.watch.on_stall = lambda reason: _stalled(heartbeat, reason)

@@ -191,19 +191,23 @@ def run_worker(models: list[str], *, devices: str | None = None, loglevel: str =
     CPU alone), else supervise one engine process per slot."""
     import sys
 
+    from jobs.hosts import check_setting
     from jobs.settings import Settings
     from jobs.store import Store
     from queueing.devices import SLOT_VARIABLE, count_visible_gpus, max_faults_from_env, parse_devices
     from queueing.logs import configure_logging
     from queueing.runtime import WorkerOptions
 
+    settings = Settings.from_env()
+    # many hosts: the results cache every worker writes and reads must be shared (jobs.hosts)
+    check_setting("BARGE_CACHE_URL", settings.cache_url, settings)
     if os.environ.get(SLOT_VARIABLE):
         return _serve_refusing_misfits(models, loglevel, metrics_port, DeviceSlot.from_label(os.environ[SLOT_VARIABLE]))
     slots = parse_devices(devices if devices is not None else os.environ.get("BARGE_DEVICES"), count_visible_gpus())
     if slots == [DeviceSlot("cpu", 0)]:
         return _serve_refusing_misfits(models, loglevel, metrics_port, slots[0])
     configure_logging(loglevel)
-    Store(Settings.from_env().database_url).migrate()   # once, not raced by every engine process
+    Store(settings.database_url).migrate()   # once, not raced by every engine process
     options = WorkerOptions.from_env()
     argv = [sys.executable, "-m", "jobs.cli", "worker", "--loglevel", loglevel, "--metrics-port", "0"]
     for model in models:

@@ -15,6 +15,9 @@ os.environ["BARGE_DATA_DIR"] = tempfile.mkdtemp(prefix="barge-tests-")
 # Stores other than SQLite open only with a key for the webhook secrets (jobs.secret_box);
 # one key for the whole run, so every process a test starts reads what the others wrote.
 os.environ.setdefault("BARGE_SECRET_KEY", Fernet.generate_key().decode())
+# Every process a test starts runs on this one machine, PostgreSQL and RabbitMQ included:
+# one host (jobs.hosts), so local paths serve. Tests of many hosts set BARGE_SINGLE_HOST=0.
+os.environ.setdefault("BARGE_SINGLE_HOST", "1")
 # Without a GPU the Triton kernels run in Triton's interpreter. It must be on before
 # triton is first imported (triton.language's own helpers are jit'd at import), hence here.
 if not torch.cuda.is_available():

@@ -21,6 +21,7 @@ PRICE_ENV = "BARGE_PRICE_PER_HOUR"
 
 
 def job_page(reads: DashboardReads, job_id: str) -> dict:
+    from jobs.unserved import unserved_jobs
     summary = reads.job_summary(job_id)
     shards = reads.shards(job_id)
     points, bucket_s = per_bucket(reads.commits(job_id))
@@ -34,7 +35,8 @@ def job_page(reads: DashboardReads, job_id: str) -> dict:
             "charts": [line_chart("rows/s", times, [p.rows_per_s for p in points], "rows", clock),
                        line_chart("tokens/s", times, [p.tokens_per_s for p in points], "tokens", clock)],
             "webhooks": webhooks, "failed_rows": failed_rows(reads, summary),
-            "report": usage_report(reads, job_id)}
+            "report": usage_report(reads, job_id),
+            "unserved": [u.describe() for u in unserved_jobs(reads.store.engine, job_ids=[job_id])]}
 
 
 def failed_rows(reads: DashboardReads, summary: dict) -> dict:
