@@ -125,7 +125,8 @@ def free_port() -> int:
 
 @contextmanager
 def stack(backend: str, data_dir: Path, env: dict[str, str] | None = None):
-    env = {"BARGE_DATA_DIR": str(data_dir), "BARGE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+    # BARGE_SINGLE_HOST: every process of a test deployment runs on this machine (jobs.hosts)
+    env = {"BARGE_DATA_DIR": str(data_dir), "BARGE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1", "BARGE_SINGLE_HOST": "1",
            "BARGE_WEBHOOK_RETRY_BASE_S": "0.2", "BARGE_DISPATCH_INTERVAL_S": "0.5", **(env or {})}
     database = None
     if backend != "embedded":
