@@ -26,7 +26,6 @@ import io
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.dashboard_bench import median_ms  # noqa: E402 - one timing rule for both listing benches
 
 CHUNK_JOBS = 5_000      # jobs (and their shards) per bulk insert
 ROWS_PER_SHARD = 2_048
@@ -140,13 +140,6 @@ def per_job_progress(store, job_ids: list[str]) -> list:
     return [store.progress(job_id) for job_id in job_ids]
 
 
-def median_ms(task, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        task()
-        times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
 
 
 @contextlib.contextmanager

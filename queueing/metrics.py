@@ -70,9 +70,13 @@ class WorkerMetrics:
         if shard_counts is not None:
             r.register(_SqlShardCounts(shard_counts))
         if stalled_workers is not None:
-            r.register(_SqlStalls(stalled_workers))
+            r.register(_SqlGauge("barge_engine_stalls", "Worker processes that exited because their engine made no "
+                                 "progress within BARGE_ENGINE_STALL_S (from the workers' last heartbeats, kept until "
+                                 "their rows are pruned; the same on every worker).", stalled_workers))
         if unserved_jobs is not None:
-            r.register(_SqlUnserved(unserved_jobs))
+            r.register(_SqlGauge("barge_jobs_unserved", "Queued or running jobs whose model no live worker has served "
+                                 "for BARGE_UNSERVED_AFTER_S (from the workers' heartbeats; the same on every worker).",
+                                 unserved_jobs))
         self._engines = _EngineOoms()
         r.register(self._engines)
         self._server = None
@@ -220,12 +224,19 @@ class _SqlShardCounts:
         yield running
 
 
-class _SqlStalls:
-    """barge_engine_stalls: worker processes whose engine stalled and that exited for it
-    (queueing.stall), from their last heartbeat rows: a process that stalls cannot count
-    itself, so every worker reports the fleet's count, read from SQL per scrape."""
+class _SqlGauge:
+    """A fleet-wide gauge read from SQL per scrape, the same on every worker:
 
-    def __init__(self, count: Callable[[], int]):
+    barge_engine_stalls    worker processes that exited because their engine stalled
+                           (queueing.stall), from their last heartbeat rows: a process that
+                           stalls cannot count itself
+    barge_jobs_unserved    queued or running jobs whose model no worker has served for
+                           BARGE_UNSERVED_AFTER_S (jobs.unserved)
+    """
+
+    def __init__(self, name: str, documentation: str, count: Callable[[], int]):
+        self.name = name
+        self.documentation = documentation
         self.count = count
 
     def describe(self):
@@ -235,26 +246,9 @@ class _SqlStalls:
         try:
             count = self.count()
         except Exception:   # a database blip must not break the scrape of the other metrics
-            log.warning("reading engine stalls for metrics failed", exc_info=True)
+            log.warning("reading %s for metrics failed", self.name, exc_info=True)
             return
-        yield GaugeMetricFamily("barge_engine_stalls", "Worker processes that exited because their engine made no "
-                                "progress within BARGE_ENGINE_STALL_S (from the workers' last heartbeats, kept "
-                                "until their rows are pruned; the same on every worker).", value=count)
-
-
-class _SqlUnserved(_SqlStalls):
-    """barge_jobs_unserved: queued or running jobs whose model no worker has served for
-    BARGE_UNSERVED_AFTER_S (jobs.unserved), read from SQL per scrape."""
-
-    def collect(self):
-        try:
-            count = self.count()
-        except Exception:   # a database blip must not break the scrape of the other metrics
-            log.warning("reading unserved jobs for metrics failed", exc_info=True)
-            return
-        yield GaugeMetricFamily("barge_jobs_unserved", "Queued or running jobs whose model no live worker has served "
-                                "for BARGE_UNSERVED_AFTER_S (from the workers' heartbeats; the same on every worker).",
-                                value=count)
+        yield GaugeMetricFamily(self.name, self.documentation, value=count)
 
 
 class _EngineOoms:
