@@ -5,7 +5,10 @@ all of its rows succeeded ({"id", "custom_id", "response": {"status_code": 200,
 "request_id", "body"}, "error": null}, the body shaped as the synchronous endpoint
 answers, usage included), else in the error file: a row the engine refused (too long,
 empty) as the endpoint's 400 answer, a line the job never ran (cancelled, expired,
-failed) with `error` {code, message} and no response.
+failed) with `error` {code, message} and no response. A failed job's reason (its error,
+redacted by the caller) is the batch's `errors` whole (`job_errors`) and, cut short, the
+message of every line it left unrun: a reader of either file sees why, not only
+`barge status`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ UNFINISHED = {
     "cancelled": ("batch_cancelled", "This request was not executed: the batch was cancelled."),
     "failed": ("batch_failed", "This request was not executed: the batch failed."),
 }
+# A failed job's reason as each unrun line of the error file carries it: one reason
+# repeated on up to 50,000 lines, so cut; the batch's `errors` hold it whole.
+MAX_LINE_REASON_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -49,9 +55,10 @@ class BatchOutput:
 
 
 def batch_output(endpoint: str, model: str, requests: RequestRows, results: list[dict | None],
-                 ended: str) -> BatchOutput:
+                 ended: str, reason: str | None = None) -> BatchOutput:
     """`results`: row -> the job's output row as a dict (None: not run); `ended`: the job's
-    final state ("succeeded", "expired", "cancelled", "failed")."""
+    final state ("succeeded", "expired", "cancelled", "failed"); `reason`: a failed job's
+    error, redacted, which each line it left unrun carries (cut short)."""
     rows_of_line: list[list[int]] = [[] for _ in requests.custom_ids]
     for row, line in enumerate(requests.row_lines):
         rows_of_line[line].append(row)
@@ -61,8 +68,7 @@ def batch_output(endpoint: str, model: str, requests: RequestRows, results: list
         line_results = [results[row] for row in rows]
         custom_id = requests.custom_ids[line]
         if any(result is None for result in line_results):
-            code, message = UNFINISHED.get(ended, UNFINISHED["failed"])
-            errors.append(_line(custom_id, None, {"code": code, "message": message}))
+            errors.append(_line(custom_id, None, unrun_error(ended, reason)))
         elif any(result["error"] for result in line_results):
             failed = next(result["error"] for result in line_results if result["error"])
             errors.append(_line(custom_id, _response(400, {"error": _error_body(failed)}), None))
@@ -73,6 +79,22 @@ def batch_output(endpoint: str, model: str, requests: RequestRows, results: list
             output_tokens += body["usage"].get("completion_tokens", 0)
     return BatchOutput(output, errors, num_completed=len(output), num_failed=len(errors), input_tokens=input_tokens,
                        output_tokens=output_tokens)
+
+
+def unrun_error(ended: str, reason: str | None) -> dict:
+    """The `error` of a line its job never ran: why, by the job's final state, and a
+    failed job's reason cut to MAX_LINE_REASON_CHARS."""
+    code, message = UNFINISHED.get(ended, UNFINISHED["failed"])
+    if code == "batch_failed" and reason:
+        cut = reason if len(reason) <= MAX_LINE_REASON_CHARS else reason[:MAX_LINE_REASON_CHARS - 1] + "…"
+        message = f"This request was not executed: the batch failed: {cut}"
+    return {"code": code, "message": message}
+
+
+def job_errors(reason: str | None) -> list[dict]:
+    """A failed job's batch `errors` (OpenAI BatchError objects): its reason, whole."""
+    message = reason or "The batch's job failed without a recorded reason."
+    return [{"code": "batch_failed", "message": message, "param": None, "line": None}]
 
 
 def _line(custom_id: str, response: dict | None, error: dict | None) -> str:

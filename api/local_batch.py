@@ -22,6 +22,7 @@ from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
 from storage.fs import resolve
 from storage.manifest import is_committed, read_results
+from storage.redaction import redact_text
 from storage.write import write_bytes_atomic
 
 OUTPUT_NAME = "output.jsonl"
@@ -76,7 +77,8 @@ def write_jsonl_output(job: Job) -> BatchOutput:
     if state.status == JobStatus.SUCCEEDED or state.rows_done:
         for row in read_results(spec.output, partial=state.status != JobStatus.SUCCEEDED).to_pylist():
             results[row["row_index"]] = row
-    made = batch_output(spec.metadata["openai_endpoint"], spec.model, requests, results, str(state.status))
+    reason = redact_text(state.error) if state.status == JobStatus.FAILED else None   # as the API's batches
+    made = batch_output(spec.metadata["openai_endpoint"], spec.model, requests, results, str(state.status), reason)
     for name, lines in ((OUTPUT_NAME, made.output_lines), (ERROR_OUTPUT_NAME, made.error_lines)):
         write_bytes_atomic(spec.output, name, "".join(line + "\n" for line in lines).encode())
     return made

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from api.batch_input import ENDPOINT_MODES, MAX_REQUESTS, LineError, completion_window_s, parse_batch
-from api.batch_output import batch_output
+from api.batch_output import batch_output, job_errors
 from api.batch_store import batch_folder, read_requests, write_requests
 from api.batch_view import batch_object
 from api.errors import ApiError, not_found
@@ -22,7 +22,8 @@ from api.upload import checked_chunks
 from jobs.api_batches import ApiBatches, BatchRecord, is_batch_id, new_batch_id, owes_partial_manifest
 from jobs.api_files import ApiFiles, FileRecord
 from jobs.client import Client
-from jobs.models import embedding_width, model_mode, registered_models
+from jobs.models import embedding_width, is_model, model_mode, registered_models
+from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
 from queueing.failpoints import failpoint
@@ -161,7 +162,7 @@ class BatchService:
             job = self.client.store.progress(record.job_id)
         except KeyError:   # its job is being made, or never was (the server stopped in between)
             return batch_object(self._settle_orphan(record), None, window_s)
-        if job.is_finished and record.settled_at is None and self._settle(record, job.status):
+        if job.is_finished and record.settled_at is None and self._settle(record, job):
             record = self.batches.get(record.key_id, record.id)
         return batch_object(record, job, window_s)
 
@@ -176,22 +177,27 @@ class BatchService:
                             errors=[error])
         return self.batches.get(record.key_id, record.id)
 
-    def _settle(self, record: BatchRecord, status: JobStatus) -> bool:
+    def _settle(self, record: BatchRecord, job: JobProgress) -> bool:
         """Write the output and error files of an ended job's batch; False while its
-        partial manifest is still owed (then a later read settles it)."""
+        partial manifest is still owed (then a later read settles it). A failed job's
+        error, redacted, becomes the batch's `errors` and each unrun line's reason: the
+        worker that failed it may be on another host, its log out of the caller's reach."""
+        status = job.status
         if status != JobStatus.SUCCEEDED and owes_partial_manifest(self.client.store.engine, record.job_id):
             return False
+        reason = redact_text(job.error) if status == JobStatus.FAILED else None
         folder = batch_folder(self.settings.files_url, record.id)
         requests = read_requests(folder)
         results: list[dict | None] = [None] * len(requests.row_lines)
         for row in _job_rows(join(folder, "output"), status):
             results[row["row_index"]] = row
-        made = batch_output(record.endpoint, record.model, requests, results, str(status))
+        made = batch_output(record.endpoint, record.model, requests, results, str(status), reason)
         output = self._write_output(record, "output", made.output_lines)
         errors = self._write_output(record, "errors", made.error_lines)
         if not self.batches.settle(record.id, output_file_id=output, error_file_id=errors,
                                    num_completed=made.num_completed, num_failed=made.num_failed,
-                                   usage={"input_tokens": made.input_tokens, "output_tokens": made.output_tokens}):
+                                   usage={"input_tokens": made.input_tokens, "output_tokens": made.output_tokens},
+                                   errors=job_errors(reason) if status == JobStatus.FAILED else None):
             for file_id in (output, errors):   # another reader settled it first: its files stand
                 if file_id is not None:
                     self.files.delete(record.key_id, file_id)
@@ -219,9 +225,11 @@ def served_models() -> dict[str, str]:
     """Registered model name -> the mode it serves; a model path is never taken from a request."""
     known = {}
     for name, path in registered_models().items():
+        if not is_model(path):   # not there on this machine (yet): not served (model_mode knows a .gguf by name)
+            continue
         try:
             known[name] = model_mode(path)
-        except (OSError, ValueError):   # not there on this machine (yet): not served
+        except (OSError, ValueError):   # an unreadable config.json: not served
             continue
     return known
 

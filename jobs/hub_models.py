@@ -8,6 +8,14 @@ refs/), then only the files the model needs are fetched at that commit
 (`snapshot_download` with `allow_patterns`): the config, the tokenizer, the safetensors
 weights or one GGUF file, the sentence-transformers modules, a CTranslate2 Whisper's
 model.bin. Offline, the same calls find the files in the cache or say why they cannot.
+
+A submit needs no weights: the client may be a laptop, the workers GPU hosts that share
+no disk with it. It pins the commit from the Hub's metadata alone (the revision's sha and
+the commit's file listing, which also picks the GGUF file and so the routing key) and
+fetches SUBMIT_FILES, the JSON configs validation reads (a few KB); each worker fetches
+the weights at that commit before it claims a shard (queueing.runtime.fetch_model).
+Offline there is no listing to ask: the files are those of this host's cached snapshot,
+so an offline submit accepts only a model whose weights are cached here.
 """
 
 from __future__ import annotations
@@ -34,6 +42,13 @@ CONFIG_FILES = ("config.json", "generation_config.json", "preprocessor_config.js
                 "[0-9]_*/config.json", "[0-9]_*/*.safetensors", "vocabulary.txt", "vocabulary.json")
 SAFETENSORS_FILES = ("model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json")
 CT2_WHISPER_FILES = ("model.bin",)   # faster-whisper (CTranslate2) repos name their weights so
+# What jobs.validate reads of a model at submit, out of CONFIG_FILES: the mode and width
+# (config.json, modules.json), an FP8 checkpoint (config.json's quantization_config), a
+# prompt and the pooling (engine.config.load_encoder_config: the sentence-transformers
+# configs, tokenizer_config.json's model_max_length). No tokenizer vocabulary, no weights:
+# a GGUF repo needs nothing (its mode is its file's name; the header is read by workers).
+SUBMIT_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+                "[0-9]_*/config.json", "tokenizer_config.json")
 
 
 @dataclass(frozen=True)
@@ -129,11 +144,12 @@ def _quantizations(ggufs: list[str]) -> str:
     return ", ".join(_quantization_of(f) for f in ggufs) or "no GGUF files"
 
 
-def fetch_snapshot(hub_id: HubId) -> HubSnapshot:
+def fetch_snapshot(hub_id: HubId, *, weights: bool = True) -> HubSnapshot:
     """Resolve the id's revision to a commit and fetch (or find in the Hub cache) the
-    files the model needs at that commit. ValueError("model: ...") with the library's
-    reason when it cannot: a wrong name, a private repo without a token, an unknown
-    revision, offline and not cached."""
+    files the model needs at that commit; with `weights=False` (a submit), only the
+    SUBMIT_FILES among them. ValueError("model: ...") with the library's reason when it
+    cannot: a wrong name, a private repo without a token, an unknown revision, offline
+    and not cached."""
     import httpx2
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled,
@@ -142,17 +158,15 @@ def fetch_snapshot(hub_id: HubId) -> HubSnapshot:
     api = HfApi()
     try:
         revision = api.resolve_revision(hub_id.repo_id, revision=hub_id.revision)
-        try:
-            files = api.list_repo_files(hub_id.repo_id, revision=revision.resolved)
-        except (OfflineModeIsEnabled, httpx2.TransportError):
-            files = _cached_files(hub_id.repo_id, revision.resolved)   # None: not cached either
-        except HfHubHTTPError as exc:
-            if exc.response is None or exc.response.status_code < 500:
-                raise
-            files = _cached_files(hub_id.repo_id, revision.resolved)   # the Hub is down: the cache may do
+        files = _repo_files(api, hub_id.repo_id, revision.resolved)
         # Not cached and unreachable: snapshot_download says why (its own error, below).
         wanted, gguf_file = select_files(files, hub_id) if files is not None else (None, None)
-        folder = snapshot_download(hub_id.repo_id, revision=revision, allow_patterns=wanted)
+        if wanted is not None and not weights:
+            wanted = _matching(wanted, SUBMIT_FILES)
+        if wanted == []:   # a GGUF repo at submit: nothing to fetch
+            folder = _snapshot_folder(hub_id.repo_id, revision.resolved)
+        else:
+            folder = snapshot_download(hub_id.repo_id, revision=revision, allow_patterns=wanted)
     except (HfHubHTTPError, RevisionResolutionError, LocalEntryNotFoundError, OfflineModeIsEnabled,
             httpx2.TransportError) as exc:
         reason = " ".join(str(exc).split())
@@ -161,12 +175,31 @@ def fetch_snapshot(hub_id: HubId) -> HubSnapshot:
     return HubSnapshot(hub_id, revision.resolved, Path(folder), gguf_file)
 
 
+def _repo_files(api, repo_id: str, commit: str) -> list[str] | None:
+    """The commit's files: the Hub's listing, else (offline, or the Hub down) the cached
+    snapshot's; None when neither is there."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+    try:
+        return api.list_repo_files(repo_id, revision=commit)
+    except (OfflineModeIsEnabled, httpx2.TransportError):
+        return _cached_files(repo_id, commit)
+    except HfHubHTTPError as exc:
+        if exc.response is None or exc.response.status_code < 500:
+            raise
+        return _cached_files(repo_id, commit)   # the Hub is down: the cache may do
+
+
 def _cached_files(repo_id: str, commit: str) -> list[str] | None:
     """The files of a commit's snapshot in the Hub cache (the layout huggingface_hub
     writes: models--org--name/snapshots/<commit>/...), or None if it is not there."""
-    from huggingface_hub import constants
-    from huggingface_hub.file_download import repo_folder_name
-    folder = Path(constants.HF_HUB_CACHE, repo_folder_name(repo_id=repo_id, repo_type="model"), "snapshots", commit)
+    folder = _snapshot_folder(repo_id, commit)
     if not folder.is_dir():
         return None
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def _snapshot_folder(repo_id: str, commit: str) -> Path:
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+    return Path(constants.HF_HUB_CACHE, repo_folder_name(repo_id=repo_id, repo_type="model"), "snapshots", commit)

@@ -1,9 +1,11 @@
 """`barge models pull NAME...` and `barge models list`: what a worker can load.
 
-`pull` fetches a Hub model into huggingface_hub's cache (HF_HOME) the way a submit
-does, so that an air-gapped worker (HF_HUB_OFFLINE=1) finds it there; for a registered
-name or a folder it only checks the model. `list` shows the registered models and every
-revision of every model in the Hub cache, with the refs that point at it.
+`pull` fetches a Hub model, weights and all, into huggingface_hub's cache (HF_HOME) the
+way a worker does before it claims a shard (a submit fetches only its configs), so that
+an air-gapped worker (HF_HUB_OFFLINE=1) finds it there; for a registered name or a
+folder it only checks the model. `list` shows the registered models and every revision
+of every model in the Hub cache, with the refs that point at it (mode "-": a revision
+that cannot be loaded from here, e.g. a submit's configs without the weights).
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ def _model_path(repo_id: str, revision) -> str | None:
 
 
 def _mode_of(model_mode, path: str) -> str:
+    from jobs.models import is_model
+    if not is_model(path):   # model_mode knows a .gguf by its name alone
+        return "-"
     try:
         return model_mode(path)
     except (OSError, ValueError):

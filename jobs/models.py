@@ -28,7 +28,10 @@ from jobs.hub_models import HUB_PREFIX, fetch_snapshot, parse_hub_id
 class ModelRef:
     key: str    # stable routing key: the registered name, "<folder>-<hash of path>", or a Hub
                 # model's "hf.<org>--<name>[.<gguf stem>]@<commit>" (jobs.hub_models)
-    path: str   # absolute model folder (or file) path on this machine
+    path: str   # absolute model folder (or file) path on this machine; a Hub model resolved
+                # without its weights (a submit): its snapshot folder, holding only the files
+                # validation reads (jobs.hub_models.SUBMIT_FILES), or the GGUF file it names,
+                # not fetched here
     pinned: str | None = None   # a Hub model: its id at the resolved commit, which a job stores
 
 
@@ -78,34 +81,37 @@ def registered_models(env: dict[str, str] | None = None) -> dict[str, str]:
     return models
 
 
-def resolve_model(name_or_path: str, env: dict[str, str] | None = None) -> ModelRef:
-    """Resolve a model name or folder path; ValueError("model: ...") if it is neither."""
+def resolve_model(name_or_path: str, env: dict[str, str] | None = None, *, weights: bool = True) -> ModelRef:
+    """Resolve a model name or folder path; ValueError("model: ...") if it is neither.
+    `weights=False` (a submit): a Hub id is pinned from the Hub's metadata and its weights
+    are left to the workers (jobs.hub_models); a local model is checked as ever."""
     models = registered_models(env)
     if name_or_path.startswith(HUB_PREFIX):
-        return resolve_hub_model(name_or_path)
+        return resolve_hub_model(name_or_path, weights=weights)
     if name_or_path in models:
         path = os.path.abspath(os.path.expanduser(models[name_or_path]))
         _prepare(name_or_path, path)
-        if not _is_model(path):
+        if not is_model(path):
             raise ValueError(f"model: registered model {name_or_path!r} points to {path}, "
                              "which is neither a folder with config.json nor a .gguf file")
         return ModelRef(key=_canonical_name(name_or_path, path, models), path=path)
     path = os.path.abspath(os.path.expanduser(name_or_path))
     if not Path(path).is_dir() and not _is_gguf(path) and not _is_whisper_pt(path):
         if parse_hub_id(name_or_path) is not None:
-            return resolve_hub_model(name_or_path)
+            return resolve_hub_model(name_or_path, weights=weights)
         known = ", ".join(sorted(models)) or "none"
         raise ValueError(f"model: {name_or_path!r} is neither a registered model (known: {known}), "
                          "a model folder or .gguf file, nor a Hub id (org/name)")
-    if not _is_model(path):
+    if not is_model(path):
         raise ValueError(f"model: folder {path} has no config.json")
     return ModelRef(key=_canonical_name(None, path, models), path=path)
 
 
-def resolve_hub_model(name: str) -> ModelRef:
-    """A Hub id, resolved to a commit and fetched (or found in the Hub cache)."""
-    snapshot = fetch_snapshot(parse_hub_id(name))
-    if not _is_model(snapshot.path):
+def resolve_hub_model(name: str, *, weights: bool = True) -> ModelRef:
+    """A Hub id, resolved to a commit and fetched (or found in the Hub cache); without
+    `weights`, only what a submit validates is fetched."""
+    snapshot = fetch_snapshot(parse_hub_id(name), weights=weights)
+    if not snapshot.gguf_file and not Path(snapshot.path, "config.json").is_file():
         raise ValueError(f"model: {name!r} at commit {snapshot.commit} has no config.json")
     return ModelRef(key=snapshot.key, path=snapshot.path, pinned=snapshot.hub_id.pinned(snapshot.commit))
 
@@ -114,8 +120,9 @@ def model_mode(path: str) -> str:
     """The mode a model serves, from its files: a GGUF file or a *ForCausalLM config is a
     text generator, Whisper (Hugging Face, CTranslate2 or .pt) transcribes, anything else
     (BERT-style) embeds, and so does a sentence-transformers folder (modules.json) whatever
-    its config.json says: Qwen3-Embedding names Qwen3ForCausalLM."""
-    if _is_gguf(path):
+    its config.json says: Qwen3-Embedding names Qwen3ForCausalLM. A GGUF file is known by
+    its name, here or not: a Hub GGUF resolved at submit names a file only workers fetch."""
+    if path.endswith(".gguf"):
         return "generate"
     if _is_whisper_pt(path):
         return "transcribe"
@@ -146,7 +153,8 @@ def _is_whisper_pt(path: str) -> bool:
     return path.endswith(".pt") and Path(path).is_file()
 
 
-def _is_model(path: str) -> bool:
+def is_model(path: str) -> bool:
+    """A model folder (config.json), a .gguf or an openai-whisper .pt file, on this machine."""
     return _is_gguf(path) or _is_whisper_pt(path) or Path(path, "config.json").is_file()
 
 

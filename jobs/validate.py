@@ -36,7 +36,7 @@ class CheckedJob:
 
 def check_job(spec: JobSpec) -> CheckedJob:
     try:
-        model = resolve_model(spec.model)
+        model = resolve_model(spec.model, weights=False)   # a Hub model's weights are the workers' to fetch
     except ValueError as exc:
         raise JobSpecError("model", str(exc).removeprefix("model: ")) from None
     try:

@@ -2,8 +2,9 @@
 (tests.support.hub_server, HF_ENDPOINT=http://127.0.0.1:PORT), through huggingface_hub
 in real CLI and worker processes: only the files the model needs are fetched; a wrong
 name, a wrong revision and a private repo without its token are refused with the
-library's reason; a worker with an empty cache fetches a job's commit before it claims
-a shard of it."""
+library's reason; a submit pins the commit from the Hub's metadata and fetches only the
+configs validation reads, never a weight file; a worker with an empty cache fetches a
+job's commit before it claims a shard of it."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ NEEDED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_confi
           "vocab.txt", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
           "1_Pooling/config.json"}
 SENTENCES = ["A man is eating food.", "The girl is carrying a baby.", "A monkey is playing drums."] * 4
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
+# What a submit fetches of MiniLM (jobs.hub_models.SUBMIT_FILES): 1,658 bytes on the
+# cls-pooling branch, and nothing of a GGUF repo. Fetching what a worker does (NEEDED, the
+# GGUF file), the two submits below took 189.9 MB: model.safetensors 90.9, the GGUF 98.4.
+SUBMITTED = {"config.json", "tokenizer_config.json", "modules.json", "sentence_bert_config.json",
+             "config_sentence_transformers.json", "1_Pooling/config.json"}
+MAX_SUBMIT_BYTES = 10_000
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +117,31 @@ def test_a_model_that_cannot_be_fetched_is_refused_with_the_library_reason(hub, 
         with_token = barge({**env, "HF_TOKEN": TOKEN}, "submit", "--model", PRIVATE, "--input", str(corpus),
                            "--output", str(tmp_path / "private"))
         assert with_token.returncode == 0, with_token.stderr
+
+
+def test_a_submit_pins_the_commit_from_metadata_and_fetches_no_weights(hub, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    pq.write_table(pa.table({"text": SENTENCES}), corpus / "part-0.parquet")
+    with stack("embedded", tmp_path / "barge") as deployment:
+        env = {**hub_env(hub, tmp_path / "client-home"), **deployment.env}   # a client with an empty cache
+        mark = len(hub.served)
+        embed = barge(env, "submit", "--model", f"{MINILM}@cls-pooling", "--input", str(corpus), "--output",
+                      str(tmp_path / "embed"))
+        generate = barge(env, "submit", "--mode", "generate", "--model", f"{GGUF}:Q4_1", "--input", str(corpus),
+                         "--output", str(tmp_path / "generate"))
+        assert embed.returncode == 0 and generate.returncode == 0, (embed.stderr, generate.stderr)
+        fetched = hub.file_bytes(since=mark)
+        client = deployment.client()
+        records = {job.spec.mode: job for job in (client.store.get_job(state.job_id) for state in client.jobs())}
+    assert not [name for _, name in fetched if name.endswith(WEIGHT_SUFFIXES)], fetched
+    assert set(fetched) == {(MINILM, name) for name in SUBMITTED}, fetched   # a GGUF repo: nothing at all
+    assert sum(fetched.values()) <= MAX_SUBMIT_BYTES, fetched
+    # Pinned all the same, from the Hub's metadata: the commit, and the GGUF file in the key.
+    assert records["embed"].spec.model == f"{MINILM}@{CLS}" and records["embed"].model_key.endswith(f"@{CLS}")
+    assert records["generate"].spec.model == f"{GGUF}@{MAIN}:Q4_1"
+    gguf_key = f"hf.{GGUF.replace('/', '--')}.SmolLM2-135M-Instruct.Q4_1@{MAIN}"
+    assert records["generate"].model_key == gguf_key
 
 
 def test_a_worker_with_an_empty_cache_fetches_the_jobs_commit_before_claiming(hub, tmp_path):

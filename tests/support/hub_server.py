@@ -8,7 +8,8 @@ huggingface_hub (HF_ENDPOINT=http://127.0.0.1:PORT) to resolve and download mode
 
 Errors carry the Hub's X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound);
 a private repo answers 401 without its token. Every request is logged (method, path),
-so a test sees which files a download took.
+and every answer's body bytes (`served`), so a test sees which files a download took and
+how many bytes it cost.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class HubRepo:
 class HubServer:
     repos: dict[str, HubRepo]
     requests: list[tuple[str, str]] = field(default_factory=list)   # (method, path), in order
+    served: list[tuple[str, int]] = field(default_factory=list)      # (path, bytes of the answer's body), in order
     _etags: dict = field(default_factory=dict)
     _server: ThreadingHTTPServer | None = None
 
@@ -60,6 +62,17 @@ class HubServer:
         prefix = f"/{repo_id}/resolve/"
         return {unquote(path[len(prefix):]).split("/", 1)[1] for method, path in self.requests
                 if method == "GET" and path.startswith(prefix)}
+
+    def file_bytes(self, since: int = 0) -> dict[tuple[str, str], int]:
+        """(repo id, file) -> bytes of it sent, over the answers from `served[since]` on:
+        what a download took of each file (API answers and HEADs are left out)."""
+        counted: dict[tuple[str, str], int] = {}
+        for path, num_bytes in self.served[since:]:
+            parts = [unquote(p) for p in path.strip("/").split("/")]
+            if len(parts) >= 5 and parts[2] == "resolve" and num_bytes:
+                key = ("/".join(parts[:2]), "/".join(parts[4:]))
+                counted[key] = counted.get(key, 0) + num_bytes
+        return counted
 
     def entry(self, content: Path | bytes) -> tuple[bytes, str, str | None]:
         """(bytes, git blob sha1, sha256 for an LFS-sized file), computed once per content."""
@@ -149,7 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.end_headers()
         if body:
-            self.wfile.write(data)
+            self._write(data)
 
     def _json(self, value) -> None:
         data = json.dumps(value).encode()
@@ -158,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            self._write(data)
 
     def _error(self, status: int, code: str, message: str) -> None:
         data = json.dumps({"error": message}).encode()
@@ -169,4 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.server_hub.served.append((urlparse(self.path).path, len(data)))   # list.append: safe across threads
+

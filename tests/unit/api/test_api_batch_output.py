@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from api.batch_output import RequestRows, batch_output
+from api.batch_output import MAX_LINE_REASON_CHARS, RequestRows, batch_output, job_errors
 
 
 def generated(text="Paris.", error=None):
@@ -45,6 +45,22 @@ def test_lines_an_ended_job_never_ran_carry_its_reason():
     codes = [json.loads(line)["error"]["code"] for line in made.error_lines]
     assert codes == ["batch_expired", "batch_expired"] and made.num_completed == 1
     assert [json.loads(line)["response"] for line in made.error_lines] == [None, None]
+
+
+def test_lines_a_failed_job_never_ran_say_why_cut_short_and_the_batch_errors_hold_it_whole():
+    reason = "planning failed: cannot read /data/batch_1/requests.parquet: " + "x" * 1000
+    made = batch_output("/v1/chat/completions", "smollm2", requests(["a", "b"], [0, 1]), [generated(), None],
+                        "failed", reason)
+    (error,) = [json.loads(line)["error"] for line in made.error_lines]
+    assert error["code"] == "batch_failed" and made.num_completed == 1
+    assert error["message"].startswith("This request was not executed: the batch failed: planning failed: cannot "
+                                       "read /data/batch_1/requests.parquet: xxx")
+    assert error["message"].endswith("…") and len(error["message"]) < MAX_LINE_REASON_CHARS + 60
+    assert job_errors(reason) == [{"code": "batch_failed", "message": reason, "param": None, "line": None}]
+    # No reason recorded: the bare sentence on the lines, still an error on the batch.
+    bare = batch_output("/v1/completions", "smollm2", requests(["a"], [0]), [None], "failed")
+    assert json.loads(bare.error_lines[0])["error"]["message"] == "This request was not executed: the batch failed."
+    assert job_errors(None)[0]["code"] == "batch_failed" and job_errors(None)[0]["message"]
 
 
 def test_a_line_with_several_inputs_is_complete_only_with_all_of_them():

@@ -100,6 +100,7 @@ def test_a_local_folder_named_like_a_hub_id_wins_and_hf_prefix_never_looks_for_o
     monkeypatch.chdir(tmp_path)
     assert resolve_model("org/name", env={}).path == str(folder)
     assert resolve_model("org/name", env={}).pinned is None
-    monkeypatch.setattr("jobs.models.fetch_snapshot", lambda hub_id: (_ for _ in ()).throw(ValueError(f"model: {hub_id}")))
+    monkeypatch.setattr("jobs.models.fetch_snapshot",
+                        lambda hub_id, **options: (_ for _ in ()).throw(ValueError(f"model: {hub_id}")))
     with pytest.raises(ValueError, match="org/name"):
         resolve_model("hf://org/name", env={})
