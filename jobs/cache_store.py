@@ -4,8 +4,10 @@
 The values themselves are Parquet files (queueing.result_cache writes and reads them);
 SQL holds only hashes and file rows, so the index stays small beside a corpus of
 embeddings. Entries are written after their file is complete, and a lookup that
-finds a missing file drops that file's entries: a half-written or removed file can
-cost a recomputation, never a wrong row.
+finds a file gone drops that file's entries: a half-written or removed file can cost a
+recomputation, never a wrong row. The index is every host's, its files perhaps one
+host's: what a host may drop or delete is jobs.cache_reach's rule, and each drop names
+the URL it found gone, so that a file moved meanwhile (jobs.cache_move) keeps its row.
 """
 
 from __future__ import annotations
@@ -30,9 +32,21 @@ class CacheHit:
 
 
 @dataclass(frozen=True)
+class CacheFile:
+    id: str
+    namespace: str
+    url: str          # where the file is; the same row may be moved to another URL
+
+
+@dataclass(frozen=True)
 class CachePruned:
     entries: int                  # entries removed
-    file_urls: list[str]          # files no entry points at any more: the caller deletes them
+    files: list[CacheFile]        # files no entry points at any more: still indexed, until the
+                                  # caller deleted each through its URL and forgets it
+
+    @property
+    def file_urls(self) -> list[str]:
+        return [file.url for file in self.files]
 
 
 class CacheStore:
@@ -78,33 +92,61 @@ class CacheStore:
                 conn.execute(update(tables.cache_entries).values(used_at=now).where(
                     entry.namespace == namespace, entry.key.in_(wanted[start:start + LOOKUP_BATCH])))
 
-    def cache_forget_files(self, file_ids: list[str]) -> None:
-        """Drop files that could not be read, with their entries."""
+    def cache_forget_files(self, files: dict[str, str]) -> None:
+        """Drop files found gone (file id -> the URL found gone), with their entries; a
+        file whose row names another URL by now (moved meanwhile) stays."""
+        file = tables.cache_files.c
         with self.engine.begin() as conn:
-            conn.execute(delete(tables.cache_entries).where(tables.cache_entries.c.file_id.in_(file_ids)))
-            conn.execute(delete(tables.cache_files).where(tables.cache_files.c.id.in_(file_ids)))
+            for file_id, url in files.items():
+                if conn.execute(delete(tables.cache_files).where(file.id == file_id, file.url == url)).rowcount:
+                    conn.execute(delete(tables.cache_entries).where(tables.cache_entries.c.file_id == file_id))
 
     def cache_prune(self, namespaces: list[str], unused_since: float, *, dry_run: bool = False) -> CachePruned:
-        """Remove the entries of `namespaces` not used since `unused_since`, and the files
-        left without entries (returned for the caller to delete from storage)."""
-        entry, file = tables.cache_entries.c, tables.cache_files.c
+        """Remove the entries of `namespaces` not used since `unused_since`, and list the
+        files left without entries. Their rows stay until the caller, having deleted a
+        file, forgets it (cache_forget_files): a file on another host's disk stays
+        indexed until that host prunes it."""
+        entry = tables.cache_entries.c
         stale = (entry.namespace.in_(namespaces)) & (entry.used_at < unused_since)
         with self.engine.begin() as conn:
             num_entries = conn.execute(select(func.count()).where(stale)).scalar_one()
             if not dry_run:
                 conn.execute(delete(tables.cache_entries).where(stale))
             orphans = self._orphan_files(conn, namespaces, stale if dry_run else None)
-            if not dry_run and orphans:
-                conn.execute(delete(tables.cache_files).where(file.id.in_([i for i, _ in orphans])))
-        return CachePruned(entries=num_entries, file_urls=[url for _, url in orphans])
+        return CachePruned(entries=num_entries, files=orphans)
 
-    def _orphan_files(self, conn: Connection, namespaces: list[str], removed) -> list[tuple[str, str]]:
+    def _orphan_files(self, conn: Connection, namespaces: list[str], removed) -> list[CacheFile]:
         entry, file = tables.cache_entries.c, tables.cache_files.c
         live = select(entry.file_id).where(entry.file_id == file.id)
         if removed is not None:   # dry run: entries about to be removed do not count as live
             live = live.where(~removed)
-        query = select(file.id, file.url).where(file.namespace.in_(namespaces), ~live.exists())
-        return [(file_id, url) for file_id, url in conn.execute(query)]
+        query = select(file.id, file.namespace, file.url).where(file.namespace.in_(namespaces), ~live.exists())
+        return [CacheFile(*row) for row in conn.execute(query.order_by(file.created_at, file.id))]
+
+    def cache_files(self) -> list[CacheFile]:
+        """Every indexed file (one per shard attempt that computed rows)."""
+        file = tables.cache_files.c
+        with self.engine.connect() as conn:
+            query = select(file.id, file.namespace, file.url).order_by(file.created_at, file.id)
+            return [CacheFile(*row) for row in conn.execute(query)]
+
+    def cache_indexed_urls(self, urls: list[str]) -> set[str]:
+        """Those of `urls` that an indexed file has."""
+        file = tables.cache_files.c
+        found: set[str] = set()
+        with self.engine.connect() as conn:
+            for start in range(0, len(urls), LOOKUP_BATCH):
+                found.update(conn.execute(select(file.url).where(file.url.in_(urls[start:start + LOOKUP_BATCH]))
+                                          ).scalars())
+        return found
+
+    def cache_move_file(self, file_id: str, old_url: str, new_url: str) -> bool:
+        """Point a file's entries at its copy, in one statement: only if its row still
+        names `old_url` (False: pruned or moved meanwhile, nothing changed)."""
+        file = tables.cache_files.c
+        with self.engine.begin() as conn:
+            return conn.execute(update(tables.cache_files).values(url=new_url)
+                                .where(file.id == file_id, file.url == old_url)).rowcount == 1
 
     def cache_size(self, namespace: str) -> int:
         with self.engine.connect() as conn:

@@ -10,6 +10,7 @@
     barge models pull NAME... | list   (Hub ids: org/name[@revision][:quant], jobs.hub_models)
     barge quantize SRC DST [--scheme fp8|fp8-block|fp8-group] | eval-quant MODEL   (engine/quant/)
     barge serve | api-key create|list|revoke   (the OpenAI Files and Batches API, api/)
+    barge cache move --to URL [--from PATH] [--dry-run]   (a host's results cache to a shared URL)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import textwrap
 
 from jobs.api_key_cli import add_api_commands
+from jobs.cache_cli import add_cache_commands
 from jobs.client import Client, JobFailed
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
@@ -144,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     add_quant_commands(commands)
     add_model_commands(commands)
     add_api_commands(commands)
+    add_cache_commands(commands)
 
     demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
     demo.add_argument("--rows", type=int, default=10_000)

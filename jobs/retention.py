@@ -8,7 +8,10 @@ staging folder (kept by a job that ended unfinished, for a retry) goes past rete
 whatever happens to the output. A cache entry
 goes when no job has written or reused it for as long as the longest retention among
 the schedules whose jobs share its namespace; a schedule that keeps its outputs for
-ever keeps its cache entries too.
+ever keeps its cache entries too. A cache file left without entries is deleted through
+the URL its index row records, and its row goes only then (or once it is gone for every
+host, jobs.cache_reach): a file on another host's disk is reported as out of this host's
+reach and stays indexed, for a prune on the host that holds it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from jobs.cache_reach import CacheReach, Removal
+from jobs.cache_store import CacheFile
 from jobs.schedule_store import ScheduleRun
 from jobs.schedules import Schedule
 from jobs.store import Store
@@ -33,24 +38,37 @@ class PruneReport:
     outputs: list[str] = field(default_factory=list)        # outputs removed (or to remove)
     cache_entries: int = 0
     cache_files: list[str] = field(default_factory=list)    # cache files removed (or to remove)
+    cache_files_out_of_reach: list[str] = field(default_factory=list)   # not seen or not deletable from this
+                                                                         # host: kept, and their index rows too
+    cache_files_gone: list[str] = field(default_factory=list)   # already gone for every host: rows forgotten
     staging: list[str] = field(default_factory=list)        # staging folders of old jobs (storage.stage)
 
     def lines(self) -> list[str]:
         verb = "would remove" if self.dry_run else "removed"
+        unreached = "would not remove" if self.dry_run else "did not remove"
+        forgot = "would forget" if self.dry_run else "forgot"
+        summary = (f"{verb} {len(self.outputs)} outputs, {self.cache_entries} cache entries, "
+                   f"{len(self.cache_files)} cache files, {len(self.staging)} staging folders")
+        if self.cache_files_out_of_reach:
+            summary += f"; {len(self.cache_files_out_of_reach)} cache files out of this host's reach, kept"
         return ([f"{verb} output {redact(url)}" for url in self.outputs]
                 + [f"{verb} staged files {redact(url)}" for url in self.staging]
                 + [f"{verb} cache file {redact(url)}" for url in self.cache_files]
-                + [f"{verb} {len(self.outputs)} outputs, {self.cache_entries} cache entries, "
-                   f"{len(self.cache_files)} cache files, {len(self.staging)} staging folders"])
+                + [f"{forgot} cache file {redact(url)}: already gone" for url in self.cache_files_gone]
+                + [f"{unreached} cache file {redact(url)}: not reachable from this host (kept in the index for "
+                   "the host that holds it: prune there)" for url in self.cache_files_out_of_reach]
+                + [summary])
 
 
-def prune(store: Store, schedules: list[Schedule], *, dry_run: bool = False, now: float | None = None) -> PruneReport:
+def prune(store: Store, schedules: list[Schedule], reach: CacheReach, *, dry_run: bool = False,
+          now: float | None = None) -> PruneReport:
+    """`reach`: what this host may delete or forget of the cache's files (jobs.cache_reach)."""
     now = time.time() if now is None else now
     report = PruneReport(dry_run=dry_run)
     for schedule in schedules:
         if schedule.retention_s is not None:
             _prune_outputs(store, schedule, store.schedule_runs(schedule.id), now - schedule.retention_s, report)
-    _prune_cache(store, {s.id for s in schedules}, now, report)
+    _prune_cache(store, {s.id for s in schedules}, now, reach, report)
     return report
 
 
@@ -106,18 +124,27 @@ def prune_abandoned_staging(store: Store, retention_s: float, now: float | None 
     return removed
 
 
-def _prune_cache(store: Store, schedule_ids: set[str], now: float, report: PruneReport) -> None:
+def _prune_cache(store: Store, schedule_ids: set[str], now: float, reach: CacheReach, report: PruneReport) -> None:
     for namespace, retention_s in _namespace_retention(store).items():
         if retention_s is None or not _used_by(store, namespace, schedule_ids):
             continue
         pruned = store.cache_prune([namespace], now - retention_s, dry_run=report.dry_run)
         report.cache_entries += pruned.entries
-        report.cache_files += pruned.file_urls
-        if not report.dry_run:
-            for url in pruned.file_urls:
-                fs, path = resolve(url)
-                if fs.exists(path):
-                    fs.rm(path)
+        _remove_cache_files(store, pruned.files, reach, report)
+
+
+def _remove_cache_files(store: Store, files: list[CacheFile], reach: CacheReach, report: PruneReport) -> None:
+    """Each file without entries, deleted through its own URL; a row goes only with its file."""
+    forgotten: dict[str, str] = {}   # file id -> its URL, removed or gone
+    for file in files:
+        removal = reach.remove(file.url, dry_run=report.dry_run)
+        if removal is Removal.OUT_OF_REACH:
+            report.cache_files_out_of_reach.append(file.url)
+            continue
+        (report.cache_files if removal is Removal.REMOVED else report.cache_files_gone).append(file.url)
+        forgotten[file.id] = file.url
+    if forgotten and not report.dry_run:
+        store.cache_forget_files(forgotten)
 
 
 def _namespace_retention(store: Store) -> dict[str, float | None]:

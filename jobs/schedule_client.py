@@ -82,9 +82,10 @@ class Schedules:
     def prune(self, name: str | None = None, *, dry_run: bool = False, now: float | None = None):
         """Apply retention (jobs.retention.prune) to one schedule or all; returns what
         was (or, with dry_run, would be) removed."""
+        from jobs.cache_reach import CacheReach
         from jobs.retention import prune
         schedules = [self.get(name)] if name else self.list()
-        return prune(self.store, schedules, dry_run=dry_run, now=now)
+        return prune(self.store, schedules, CacheReach(self.client.settings), dry_run=dry_run, now=now)
 
 
 def submit_run(client: "Client", run: ScheduleRun) -> tuple[str, str | None]:

@@ -64,6 +64,9 @@ class WorkerMetrics:
         self.shard_seconds = Histogram("barge_shard_duration_seconds", "Wall time of committed shard attempts, "
                                        "claim to commit.", ["model"], buckets=SHARD_SECONDS_BUCKETS, registry=r)
         self.in_progress = Gauge("barge_worker_shards_in_progress", "Shards this worker is running now.", registry=r)
+        self.cache_unreadable = Counter("barge_cache_unreadable", "Rows of incremental jobs whose cached result "
+                                        "is in a file this worker cannot read (on another host's disk, or out of "
+                                        "its reach): computed again, their index entries kept.", registry=r)
         self.webhooks = Counter("barge_webhook_deliveries", "Webhook delivery attempts by outcome "
                                 "(delivered, retrying, failed, disabled).", ["outcome"], registry=r)
         self._add_engine_metrics()

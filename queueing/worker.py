@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from jobs.cache_reach import CacheReach
 from jobs.events import shard_events
 from jobs.records import JobRecord
 from jobs.store import ShardClaim
@@ -28,7 +29,7 @@ from queueing.failpoints import crash_if_poisoned, failpoint, hang_if_poisoned
 from queueing.inference import infer
 from queueing.lease import LeaseKeeper
 from queueing.quant_check import run_quant_check, wants_quant_check
-from queueing.result_cache import CacheWrite, ResultCache, merge_cached
+from queueing.result_cache import CachedRows, CacheWrite, ResultCache, merge_cached
 from queueing.results import ROW_INDEX_COLUMN, build_table
 from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
@@ -161,8 +162,10 @@ def begin_shard(runtime: Runtime, job_id: str, shard_index: int) -> "ShardWork |
         work.row_params = rows.row_params
         crash_if_poisoned(work.inputs)
         work.cache = _result_cache(runtime, job, decode_schema(job.output_schema), work.carried)
-        work.cached = work.cache.lookup(work.ids, work.inputs) if work.cache else None
+        work.cached = work.cache.lookup(work.ids, work.inputs, shard_index) if work.cache else None
         work.todo = work.cached.miss_rows(len(work.inputs)) if work.cached else list(range(len(work.inputs)))
+        if work.cached and work.cached.num_unreadable:
+            runtime.metrics.cache_unreadable.inc(work.cached.num_unreadable)
     except Exception as exc:
         return end_failed(runtime, work, exc)
     if wants_quant_check(runtime, job, shard_index):
@@ -276,7 +279,7 @@ def _result_cache(runtime: Runtime, job: JobRecord, schema: pa.Schema, carried: 
         return None
     id_name = job.spec.id_column or ROW_INDEX_COLUMN
     result_columns = [n for n in schema.names if n not in (id_name, "error") and n not in carried]
-    return ResultCache(runtime.store, runtime.settings.cache_url, job, result_columns)
+    return ResultCache(runtime.store, runtime.settings.cache_url, job, result_columns, CacheReach(runtime.settings))
 
 
 def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim,

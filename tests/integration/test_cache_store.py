@@ -1,5 +1,6 @@
 """The results cache's index in SQL (SQLite and PostgreSQL): lookups by key within a
-namespace, duplicates kept once, reuse refreshing an entry, pruning by last use."""
+namespace, duplicates kept once, reuse refreshing an entry, pruning by last use, a file
+forgotten only under the URL found gone, a file re-pointed only from the URL it has."""
 
 from __future__ import annotations
 
@@ -50,11 +51,26 @@ def test_prune_removes_entries_unused_since_and_reports_emptied_files(store):
     pruned = store.cache_prune([NS], unused_since=280.0)
     assert (pruned.entries, pruned.file_urls) == (1, ["old.parquet"])
     assert set(store.cache_lookup(NS, [k1, k2, k3])) == {k3}
+    # the emptied file stays indexed until whoever deleted it forgets it (jobs.retention)
+    assert store.cache_prune([NS], unused_since=280.0).file_urls == ["old.parquet"]
+    store.cache_forget_files({pruned.files[0].id: "old.parquet"})
+    assert store.cache_prune([NS], unused_since=280.0).files == []
 
 
 def test_forgetting_a_file_drops_its_entries(store):
     k1, k2 = keys("k1", "k2")
     file_id = store.cache_register(NS, "gone.parquet", [(k1, 0)], now=1.0)
     store.cache_register(NS, "kept.parquet", [(k2, 0)], now=1.0)
-    store.cache_forget_files([file_id])
+    store.cache_forget_files({file_id: "gone.parquet"})
     assert set(store.cache_lookup(NS, [k1, k2])) == {k2}
+
+
+def test_a_file_moved_meanwhile_is_not_forgotten_under_its_old_url(store):
+    [k1] = keys("k1")
+    file_id = store.cache_register(NS, "/host-a/cache/ns/part.parquet", [(k1, 0)], now=1.0)
+    assert store.cache_move_file(file_id, "/host-a/cache/ns/part.parquet", "s3://shared/cache/ns/part.parquet")
+    assert not store.cache_move_file(file_id, "/host-a/cache/ns/part.parquet", "s3://other/part.parquet")
+    store.cache_forget_files({file_id: "/host-a/cache/ns/part.parquet"})   # a reader that saw the old URL
+    assert store.cache_lookup(NS, [k1])[k1].url == "s3://shared/cache/ns/part.parquet"
+    assert store.cache_indexed_urls(["s3://shared/cache/ns/part.parquet", "/host-a/cache/ns/part.parquet"]) == {
+        "s3://shared/cache/ns/part.parquet"}
