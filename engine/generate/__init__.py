@@ -1,8 +1,29 @@
-"""The generate mode: Llama-family decoders, continuous batching over a paged KV cache."""
+"""The generate mode: Llama-family decoders, continuous batching over a paged KV cache.
 
-from engine.generate.llm_engine import LLMEngine, RunStats
-from engine.generate.options import GenerateOptions
-from engine.generate.outputs import GenerationOutput
-from engine.generate.sampling_params import SamplingParams
+The names below load on first use (PEP 562): importing engine.generate.structured (the
+constraints, torch-free) does not load the model code."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_WHERE = {"GenerateOptions": "engine.generate.options", "GenerationOutput": "engine.generate.outputs",
+          "LLMEngine": "engine.generate.llm_engine", "RunStats": "engine.generate.llm_engine",
+          "SamplingParams": "engine.generate.sampling_params"}
 
 __all__ = ["GenerateOptions", "GenerationOutput", "LLMEngine", "RunStats", "SamplingParams"]
+
+if TYPE_CHECKING:
+    from engine.generate.llm_engine import LLMEngine, RunStats
+    from engine.generate.options import GenerateOptions
+    from engine.generate.outputs import GenerationOutput
+    from engine.generate.sampling_params import SamplingParams
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'engine.generate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
