@@ -52,7 +52,8 @@ def test_an_engine_hung_in_a_call_is_abandoned_and_its_shard_runs_once_elsewhere
         assert hung.returncode == EXIT_ENGINE_STALLED, log_text[-3000:]
         assert "engine stalled: no engine step for" in log_text and "embed of" in log_text
         held = [s for s in client.store.list_shards(job.id) if s.status == ShardStatus.RUNNING]
-        assert [s.shard_index for s in held] == [5], held   # the poisoned shard, still leased to the dead one
+        # the poisoned shard, still leased to the dead worker (and any shard it had read ahead beside it)
+        assert 5 in {s.shard_index for s in held} and len({s.worker_id for s in held}) == 1, held
         beat = next(b for b in WorkerBeats(client.store.engine).list() if b.id == held[0].worker_id)
         assert beat.stopped_at is not None and all("no engine step" in (e.stall or "") for e in beat.engines)
         # Then a healthy worker takes the shard once its lease lapses, and every row lands once.
@@ -63,8 +64,9 @@ def test_an_engine_hung_in_a_call_is_abandoned_and_its_shard_runs_once_elsewhere
         table = job.results()
         assert sorted(table.column("doc_id").to_pylist()) == list(range(300))
         assert all(error is None for error in table.column("error").to_pylist())
-        redone = next(s for s in client.store.list_shards(job.id) if s.shard_index == 5)
-        assert redone.worker_id != held[0].worker_id and redone.attempt == 2
+        for shard in held:
+            redone = next(s for s in client.store.list_shards(job.id) if s.shard_index == shard.shard_index)
+            assert redone.worker_id != shard.worker_id and redone.attempt == 2
         print(f"job done {recovered_s:.1f} s after the stalled worker exited (lease 3 s, second worker's start "
               "included)")
 
