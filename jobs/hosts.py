@@ -79,6 +79,21 @@ def check_job_locations(spec: JobSpec, settings: Settings, env: dict[str, str] |
                                     "registered on the workers (BARGE_MODELS), or a Hub id")
 
 
+def template_problem(template: dict, settings: Settings, env: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """(field, why) of a schedule template's first location the other hosts cannot reach,
+    or None. Placeholders ({date:...}) do not change whether a location is shared."""
+    inputs = template.get("input")
+    for location in [inputs] if isinstance(inputs, str) else list(inputs or []):
+        if (problem := unshared(location, settings, env)) is not None:
+            return "template.input", problem
+    if isinstance(template.get("output"), str) and (problem := unshared(template["output"], settings, env)):
+        return "template.output", problem
+    model = template.get("model")
+    if isinstance(model, str) and _is_model_path(model, env) and (problem := unshared(model, settings, env)):
+        return "template.model", problem
+    return None
+
+
 def check_setting(name: str, location: str, settings: Settings, env: dict[str, str] | None = None) -> None:
     """A process's own location setting (BARGE_CACHE_URL, BARGE_API_FILES_URL): ValueError
     naming it when the other hosts cannot reach it."""

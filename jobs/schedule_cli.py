@@ -156,7 +156,9 @@ def _beat(args) -> int:
     from jobs.beat import Beat, clock_from_env
     from queueing.logs import configure_logging   # the worker's handler: every line through storage.redaction
     configure_logging(args.loglevel)
-    beat = Beat(_client(), clock_from_env(), interval_s=args.interval)
+    client = _client()
+    check_templates(client)
+    beat = Beat(client, clock_from_env(), interval_s=args.interval)
     if args.once:
         result = beat.tick()
         print(f"{result.runs_created} runs planned, {result.submitted} submitted, {result.refused} refused, "
@@ -167,6 +169,18 @@ def _beat(args) -> int:
     except KeyboardInterrupt:
         beat.stop()
     return 0
+
+
+def check_templates(client) -> None:
+    """Many hosts: `barge beat` refuses to start while an enabled schedule's template names a
+    location the workers cannot reach (one added before the deployment grew, or on one host),
+    naming the schedule and the field, rather than have every run refused at its submit."""
+    from jobs.hosts import template_problem
+    for schedule in client.schedules.list():
+        if schedule.is_enabled and (problem := template_problem(schedule.template, client.settings)) is not None:
+            field, why = problem
+            raise ValueError(f"schedule {schedule.name!r}: {field}: {why}; pause it (barge schedule pause "
+                             f"{schedule.name}) or remove it and add it again with shared locations")
 
 
 def _when(epoch: float, schedule: Schedule) -> str:

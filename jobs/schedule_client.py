@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
+from jobs.hosts import template_problem
 from jobs.schedule_store import ScheduleRun
-from jobs.schedules import Schedule, check_schedule, render_spec
+from jobs.schedules import Schedule, ScheduleError, check_schedule, render_spec
 from jobs.spec import JobSpec, JobSpecError
 from storage.redaction import redact_text
 from webhooks.signing import generate_secret
@@ -48,6 +49,8 @@ class Schedules:
         if isinstance(template, JobSpec):
             template = template.to_dict()
         check_schedule(name, cron, timezone, catchup, retention_s, template)
+        if (problem := template_problem(template, self.client.settings)) is not None:   # many hosts (jobs.hosts)
+            raise ScheduleError(*problem)
         secret = (webhook_secret or generate_secret()) if template.get("webhook_url") else None
         schedule = self.store.add_schedule(name, cron, timezone, dict(template), catchup, retention_s,
                                            webhook_secret=secret)

@@ -86,3 +86,24 @@ def test_a_worker_and_a_server_with_host_local_locations_refuse_to_start_naming_
     check_setting("BARGE_API_FILES_URL", str(tmp_path / "shared" / "api"), many, shared)
     with pytest.raises(ValueError, match="BARGE_CACHE_URL"):
         check_setting("BARGE_CACHE_URL", many.cache_url, many, shared)
+
+
+def test_a_schedule_with_host_local_locations_is_refused_and_a_beat_will_not_start_over_one(tmp_path, monkeypatch):
+    from jobs.schedules import ScheduleError
+    client = Client(settings=settings_for(MANY, tmp_path))
+    template = {"mode": "embed", "model": "minilm", "input": "s3://bucket/corpus/{date:%Y-%m-%d}/",
+                "output": str(tmp_path / "nightly" / "{date:%Y-%m-%d}")}
+    monkeypatch.setenv("BARGE_SINGLE_HOST", "0")
+    with pytest.raises(ScheduleError) as refused:
+        client.schedules.add("nightly-local", cron="0 2 * * *", template=template)
+    assert refused.value.field == "template.output"
+    # One added while the deployment was one host is caught when a beat starts.
+    monkeypatch.setenv("BARGE_SINGLE_HOST", "1")
+    client.schedules.add("nightly-local", cron="0 2 * * *", template=template)
+    env = {"BARGE_DATABASE_URL": MANY["BARGE_DATABASE_URL"], "BARGE_BROKER_URL": MANY["BARGE_BROKER_URL"],
+           "BARGE_SINGLE_HOST": "0"}
+    try:
+        beat = _barge(["beat", "--once"], env, tmp_path)
+        assert beat.returncode == 1 and "schedule 'nightly-local': template.output" in beat.stderr, beat.stderr
+    finally:
+        client.schedules.remove("nightly-local")
