@@ -156,7 +156,7 @@ def test_operator_watches_a_job_run(deployment, browser, screenshots):
         page = browser.page_source
         assert URL_TOKEN not in page and job.webhook_secret not in page
         assert browser.find_element(By.ID, "job-status").text == "succeeded"
-        browser.set_window_size(1200, 1800)   # the whole page in one picture (the README shows it)
+        browser.set_window_size(1200, 1800)   # the whole page in one picture (docs/dashboard.md shows it)
         assert _shot(browser, screenshots, "job") >= MIN_COLOURS
         browser.set_window_size(1280, 1000)
 
