@@ -6,8 +6,9 @@ constraints, engine.generate.structured) without paying for torch and the models
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from engine.lazy import lazy_names
 
 _WHERE = {"Engine": "engine.engine", "GenerationOutput": "engine.generate.outputs",
           "SamplingParams": "engine.generate.sampling_params", "EmbeddingOutput": "engine.outputs",
@@ -23,9 +24,4 @@ if TYPE_CHECKING:
     from engine.step_stats import StepStats
 
 
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE)

@@ -5,8 +5,9 @@ constraints, torch-free) does not load the model code."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from engine.lazy import lazy_names
 
 _WHERE = {"GenerateOptions": "engine.generate.options", "GenerationOutput": "engine.generate.outputs",
           "LLMEngine": "engine.generate.llm_engine", "RunStats": "engine.generate.llm_engine",
@@ -21,9 +22,4 @@ if TYPE_CHECKING:
     from engine.generate.sampling_params import SamplingParams
 
 
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'engine.generate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE)
