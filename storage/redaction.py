@@ -65,8 +65,18 @@ _SHAPED_SECRETS = (
 )
 
 
+# The id of a key names the key, it is not it: api_key_id is the Barge key that owns a batch
+# (the dashboard and webhook bodies show whose job it is), aws_access_key_id an AKIA... id,
+# masked in any case by its shape (the AKIA pattern above). A name that also says secret,
+# password or token stays a secret.
+_KEY_ID = re.compile(r"key[_-]?id$", re.IGNORECASE)
+_SECRET_WORD = re.compile(r"secret|password|passwd|credential|token|signature", re.IGNORECASE)
+
+
 def is_secret_name(name: str) -> bool:
-    return SECRET_NAME.search(name) is not None
+    if SECRET_NAME.search(name) is None:
+        return False
+    return not (_KEY_ID.search(name) and not _SECRET_WORD.search(name))
 
 
 def redact_url(url: str) -> str:

@@ -101,3 +101,13 @@ def test_secret_names_are_hidden_at_any_depth_and_sampling_params_stay():
 def test_describe_takes_a_presigned_signature_out_of_a_backend_error():
     error = OSError("GET https://bucket.s3.example/key?X-Amz-Signature=deadbeef returned 403")
     assert "deadbeef" not in describe(error) and "https://bucket.s3.example/***" in describe(error)
+
+
+def test_the_id_of_a_key_is_shown_and_the_key_is_not():
+    shown = redact_value({"api_key_id": "key_0f3a9c", "api_key": "sk-barge-live", "apiKeyId": "key_1",
+                          "aws_access_key_id": "AKIAIOSFODNN7EXAMPLE", "client_secret_key_id": "s-1"})
+    assert shown["api_key_id"] == "key_0f3a9c" and shown["apiKeyId"] == "key_1"   # whose batch it is
+    assert shown["api_key"] == HIDDEN
+    assert shown["aws_access_key_id"] == HIDDEN   # not by its name: by its AKIA shape
+    assert shown["client_secret_key_id"] == HIDDEN   # a name that says secret stays one
+    assert redact_text("owner api_key_id=key_0f3a9c, api_key=sk-1") == "owner api_key_id=key_0f3a9c, api_key=***"
