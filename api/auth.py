@@ -10,9 +10,10 @@ outermost ASGI middleware of the app, and for every request, in this order:
    the dashboard, its session cookie (jobs.dashboard_sessions). A key in a query string
    is never looked at (and never logged: api.serve strips query strings from the access log).
 3. A request that needs a credential and has no usable one is answered 401 in OpenAI's
-   shape at once: its body is never read, parsed or spooled. Measured against main at
-   d9a7a84, where FastAPI parsed a keyless 24 MB JSON body before its 401 (peak memory
-   344 -> 941 MB, 4.4 s): see tests/e2e/test_serve_security.py.
+   shape at once: its body is never read, parsed or spooled. At d9a7a84 FastAPI parsed a
+   keyless 24 MB JSON body before its 401: +655 MB of peak memory and 0.47 s here
+   (bench/keyless_body_bench.py, 2-core AMD EPYC), +0 MB and 0.01 s now; the probes are
+   in tests/e2e/test_serve_security.py.
 
 Only these need no credential: the dashboard's static files, its login form (a POST of
 at most LOGIN_MAX_BYTES, from this server's own origin) and its HTML pages, which answer
@@ -30,10 +31,11 @@ import json
 import secrets
 import threading
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import anyio.to_thread
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import ApiError
@@ -110,7 +112,8 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = _headers(scope)
+        connection = HTTPConnection(scope)   # headers and cookies only: nothing here reads the body
+        headers = connection.headers
         if not host_allowed(host_name(headers.get("host", "")), self.allowed_hosts):
             await _refuse(send, ApiError(400, "this server does not answer for that Host; the operator lists the "
                                               "names it answers with `barge serve --allowed-host`", code="invalid_host"))
@@ -121,7 +124,7 @@ class Gate:
             await _refuse(send, ApiError(403, "a dashboard form must come from this server's own pages "
                                               "(its Origin did not match)", code="cross_origin"))
             return
-        principal, problem = await anyio.to_thread.run_sync(self._principal, headers, dashboard)
+        principal, problem = await anyio.to_thread.run_sync(self._principal, connection, dashboard)
         scope.setdefault("state", {})["principal"] = principal
         scope["state"]["credential_problem"] = problem
         if principal is None and not _open(path, method):
@@ -133,16 +136,16 @@ class Gate:
             return
         await self.app(scope, receive, send)
 
-    def _principal(self, headers: dict[str, str], dashboard: bool) -> tuple[Principal | None, str | None]:
+    def _principal(self, connection: HTTPConnection, dashboard: bool) -> tuple[Principal | None, str | None]:
         """The caller's credential (a key, or on the dashboard a session), and why a presented
         one was refused. Runs on a worker thread: it asks the database."""
-        scheme, _, token = headers.get("authorization", "").partition(" ")
+        scheme, _, token = connection.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             key = self.keys.authenticate(token.strip())
             if key is None:
                 return None, "Incorrect API key provided."
             return Principal(key, key.is_operator), None
-        session_id = _cookie(headers, SESSION_COOKIE) if dashboard else None
+        session_id = connection.cookies.get(SESSION_COOKIE) if dashboard else None
         if session_id:
             session = self.sessions.find(session_id)
             if session is None:
@@ -159,7 +162,7 @@ def _open(path: str, method: str) -> bool:
     return path == f"{DASHBOARD}/login" and method == "POST"
 
 
-def _same_origin(headers: dict[str, str]) -> bool:
+def _same_origin(headers: Mapping[str, str]) -> bool:
     """A browser's POST from this server's own page: its `Origin` (or `Referer`) names this
     server's host and port, or, where the browser sends `Origin: null` (Chromium does under
     a no-referrer policy), its `Sec-Fetch-Site` says same-origin, which no page of another
@@ -169,23 +172,6 @@ def _same_origin(headers: dict[str, str]) -> bool:
     if origin and origin != "null":
         return urlsplit(origin).netloc.lower() == headers.get("host", "").strip().lower()
     return headers.get("sec-fetch-site") == "same-origin"
-
-
-def _headers(scope: Scope) -> dict[str, str]:
-    """Request headers, lower-cased names, the first of repeated ones (latin-1, as HTTP/1.1)."""
-    found: dict[str, str] = {}
-    for name, value in scope["headers"]:
-        found.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
-    return found
-
-
-def _cookie(headers: dict[str, str], name: str) -> str | None:
-    jar = SimpleCookie()
-    try:
-        jar.load(headers.get("cookie", ""))
-    except Exception:   # a malformed Cookie header is no session
-        return None
-    return jar[name].value if name in jar else None
 
 
 async def _refuse(send: Send, error: ApiError) -> None:
