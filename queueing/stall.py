@@ -144,9 +144,15 @@ def stall_exit(reason: str) -> None:
     os._exit(EXIT_ENGINE_STALLED)
 
 
-def watch_from_env(on_stall: Callable[[str], None] | None = None, env: dict[str, str] | None = None) -> EngineWatch:
-    """BARGE_ENGINE_STALL_S, BARGE_ENGINE_LOAD_STALL_S and the supervisor's progress file."""
+def stall_limits(env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(stall_s, load_stall_s) from BARGE_ENGINE_STALL_S and BARGE_ENGINE_LOAD_STALL_S: the
+    engine process's watchdog and its supervisor read the same two limits."""
     env = os.environ if env is None else env
-    return EngineWatch(float(env.get("BARGE_ENGINE_STALL_S") or STALL_S),
-                       float(env.get("BARGE_ENGINE_LOAD_STALL_S") or LOAD_STALL_S),
-                       on_stall=on_stall, progress_file=env.get(PROGRESS_FILE_ENV) or None)
+    stall_s = float(env.get("BARGE_ENGINE_STALL_S") or STALL_S)
+    return stall_s, max(float(env.get("BARGE_ENGINE_LOAD_STALL_S") or LOAD_STALL_S), stall_s)
+
+
+def watch_from_env(on_stall: Callable[[str], None] | None = None, env: dict[str, str] | None = None) -> EngineWatch:
+    """The limits (stall_limits) and the supervisor's progress file."""
+    env = os.environ if env is None else env
+    return EngineWatch(*stall_limits(env), on_stall=on_stall, progress_file=env.get(PROGRESS_FILE_ENV) or None)

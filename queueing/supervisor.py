@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from queueing.devices import DeviceSlot, restart_delay
-from queueing.stall import LOAD_STALL_S, PROGRESS_FILE_ENV, STALL_S
+from queueing.stall import PROGRESS_FILE_ENV, stall_limits
 
 log = logging.getLogger("barge.supervisor")
 
@@ -81,8 +81,7 @@ class Supervisor:
         self.metrics_port = metrics_port
         self.stop_timeout_s = stop_timeout_s
         self.is_stopping = False
-        self.stall_s = float(self.env.get("BARGE_ENGINE_STALL_S") or STALL_S)
-        self.load_stall_s = max(float(self.env.get("BARGE_ENGINE_LOAD_STALL_S") or LOAD_STALL_S), self.stall_s)
+        self.stall_s, self.load_stall_s = stall_limits(self.env)   # as its engine processes' watchdogs
         self.progress_dir = Path(tempfile.mkdtemp(prefix="barge-supervisor-"))
 
     def run(self) -> int:
