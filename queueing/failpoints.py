@@ -51,15 +51,18 @@ def _failpoints() -> dict[str, str]:
 
 
 def crash_if_poisoned(inputs: list) -> None:
-    poison = _failpoints().get("crash_on_input")
-    if poison is not None and poison in inputs:
+    if _poisoned("crash_on_input", inputs):
         os._exit(137)
 
 
 def hang_if_poisoned(inputs: list) -> None:
-    poison = _failpoints().get("hang_on_input")
-    if poison is not None and poison in inputs:
+    if _poisoned("hang_on_input", inputs):
         threading.Event().wait()   # never set: the thread waits for ever, without the GIL
+
+
+def _poisoned(name: str, inputs: list) -> bool:
+    poison = _failpoints().get(name) if inputs else None
+    return poison is not None and poison in inputs
 
 
 def failpoint(name: str) -> None:
