@@ -30,18 +30,21 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", *,
     import uvicorn
 
     from api.app import api_settings_from_env, create_app
+    from jobs.client import Client
     from jobs.hosts import check_setting
     from jobs.settings import Settings
     from queueing.logs import configure_logging
 
     settings = Settings.from_env()
+    api_settings = api_settings_from_env(settings)
     # many hosts: the workers read each batch's input from, and write its output to, the API's files
-    check_setting("BARGE_API_FILES_URL", api_settings_from_env(settings).files_url, settings)
+    check_setting("BARGE_API_FILES_URL", api_settings.files_url, settings)
+    client = Client(settings=settings)   # after the check: a refused server touches no store
 
     configure_logging(log_level.upper())   # Barge's own lines: through the redaction, as a worker's
     ticket = LoginTicket() if login_url else None
-    app = create_app(allowed_hosts=allowed_hosts_for(host, allowed_hosts), login_ticket=ticket,
-                     secure_cookies=secure_cookies)
+    app = create_app(client, api_settings, allowed_hosts=allowed_hosts_for(host, allowed_hosts),
+                     login_ticket=ticket, secure_cookies=secure_cookies)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level)   # configures logging
     logging.getLogger("uvicorn.access").addFilter(NoQueryStrings())
     if ticket is not None:
