@@ -93,14 +93,21 @@ def _prune_outputs(store: Store, schedule: Schedule, runs: list[ScheduleRun], cu
 def _prune_staging(job, report: PruneReport) -> None:
     """A job that ended unfinished keeps its staged files for a retry (storage.stage); past
     retention no retry is coming. A committed job's were removed at its commit."""
-    url = staging_url(job.spec.output, job.id)
+    url = _remove_staging(job.spec.output, job.id, dry_run=report.dry_run)
+    if url is not None:
+        report.staging.append(url)
+
+
+def _remove_staging(output: str, job_id: str, *, dry_run: bool = False) -> str | None:
+    """The job's staging folder's URL if it has one, removed unless `dry_run`; None if none."""
+    url = staging_url(output, job_id)
     fs, path = resolve(url)
     if not fs.exists(path):
-        return
-    report.staging.append(url)
-    if not report.dry_run:
-        remove_staging(job.spec.output, job.id)
-        log.info("removed the staged files of job %s at %s", job.id, redact(url))
+        return None
+    if not dry_run:
+        remove_staging(output, job_id)
+        log.info("removed the staged files of job %s at %s", job_id, redact(url))
+    return url
 
 
 def prune_abandoned_staging(store: Store, retention_s: float, now: float | None = None) -> list[str]:
@@ -110,16 +117,14 @@ def prune_abandoned_staging(store: Store, retention_s: float, now: float | None 
     input (storage.read), only slower. The URLs removed."""
     removed = []
     for job_id, output in store.abandoned_staging(retention_s, now):
-        url = staging_url(output, job_id)
         try:
-            fs, path = resolve(url)
-            if fs.exists(path):
-                remove_staging(output, job_id)
-                removed.append(url)
-                log.info("removed the staged files of job %s, which ended unfinished, at %s", job_id, redact(url))
+            url = _remove_staging(output, job_id)
         except Exception:   # noqa: BLE001 - storage unreachable or no credentials here: the next pass tries again
-            log.warning("job %s: its staged files at %s could not be removed yet", job_id, redact(url), exc_info=True)
+            log.warning("job %s: its staged files at %s could not be removed yet", job_id,
+                        redact(staging_url(output, job_id)), exc_info=True)
             continue
+        if url is not None:
+            removed.append(url)
         store.mark_staging_removed(job_id)
     return removed
 
