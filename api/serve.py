@@ -3,7 +3,7 @@
 At start it prints the one-time login URL of the dashboard (api.auth.LoginTicket) to
 stderr, for the person at the machine, as Jupyter prints its token. uvicorn's access log
 is kept, without query strings: a key or ticket someone put in a URL never lands in a log.
-Barge's own log lines go through queueing.logs' handler, which redacts them (storage.redaction).
+Barge's own log lines go through jobs.logs' handler, which redacts them (storage.redaction).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", *,
     from jobs.client import Client
     from jobs.hosts import check_setting
     from jobs.settings import Settings
-    from queueing.logs import configure_logging
+    from jobs.logs import configure_logging
 
     settings = Settings.from_env()
     api_settings = api_settings_from_env(settings)

@@ -26,7 +26,7 @@ from jobs.models import embedding_width, is_model, model_mode, registered_models
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
-from queueing.failpoints import failpoint
+from jobs.failpoints import failpoint
 from storage.fs import join
 from storage.errors import StorageError
 from storage.manifest import read_results

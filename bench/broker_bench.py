@@ -1,6 +1,6 @@
 """The embedded default's broker, measured: messages per second sent by one process and
 consumed by two at once, for kombu's filesystem transport, Barge's atomic one
-(queueing.fs_transport) and kombu's SQLAlchemy transport on a SQLite file (the other
+(jobs.fs_transport) and kombu's SQLAlchemy transport on a SQLite file (the other
 serverless choice). Producer and consumers run together, as a planner's burst meets
 running workers, and every message is checked to arrive exactly once.
 
@@ -26,7 +26,7 @@ IDLE_S = 3.0
 
 
 def connection(kind: str, folder: str):
-    import queueing.app  # noqa: F401 - registers the barge-fs transport
+    import jobs.messaging  # noqa: F401 - registers the barge-fs transport
     from kombu import Connection
     if kind == "sqlalchemy":
         return Connection(f"sqla+sqlite:///{folder}/broker.db")

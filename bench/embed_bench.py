@@ -145,7 +145,7 @@ def forward_and_linears_seconds(embedder, sentences: list[str]) -> tuple[float, 
     encoder's QKV, output + residual, FFN in + activation and FFN out + residual (the
     engine's own layers and fused calls) on random activations of the batch's size: no
     attention, norms or pooling. What the forward would take if all else were free."""
-    from engine.batching import pack, plan_batches
+    from engine.embed.batching import pack, plan_batches
     from engine.layers.linear import linear_act, linear_residual
 
     model = embedder.model

@@ -41,7 +41,7 @@ from engine.generate.kv_cache import FP8_KV_DTYPE, available_memory, bytes_per_b
 from engine.generate.model_config import DecoderConfig  # noqa: E402
 from engine.generate.model_loader import build_model  # noqa: E402
 from engine.generate.tokenizer import TextTokenizer  # noqa: E402
-from engine.batching import attention_groups, cu_seqlens  # noqa: E402
+from engine.embed.batching import attention_groups, cu_seqlens  # noqa: E402
 from engine.layers.attention import SlidingWindow, attend_per_group  # noqa: E402
 from engine.layers.fp8_linear import Fp8Linear, fp8_backend, fp8_linear, fp8_weight_bytes  # noqa: E402
 from engine.quant.checkpoint import load_fp8_state  # noqa: E402

@@ -13,7 +13,7 @@ Everything lives in one temporary folder under --dir, deleted at the end:
   state/   BARGE_DATA_DIR of the embedded default (SQLite, filesystem broker)
   out/     the job's output
 
-A real job: a worker process (`python -m jobs.cli worker --model FOLDER`), a job submitted
+A real job: a worker process (`python -m cli worker --model FOLDER`), a job submitted
 through jobs.Client, the worker's VmRSS sampled from /proc every 0.5 s and its VmHWM read
 before it is stopped. The output's ids are checked against the input's, each exactly once.
 
@@ -187,7 +187,7 @@ class Sampler(threading.Thread):
 
 def start_worker(model: str, env: dict, log_path: str) -> subprocess.Popen:
     log = open(log_path, "w")
-    return subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", model],
+    return subprocess.Popen([sys.executable, "-m", "cli", "worker", "--model", model],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             cwd=REPO_ROOT)
 

@@ -68,7 +68,8 @@ def main() -> int:
     data_dir = tempfile.mkdtemp(prefix="barge-keyless-bench-")
     port = free_port()
     env = {**os.environ, "BARGE_DATA_DIR": data_dir, "PYTHONPATH": args.checkout}
-    server = subprocess.Popen([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], cwd=args.checkout,
+    entry_point = "cli" if (Path(args.checkout) / "cli").is_dir() else "jobs.cli"   # checkouts before cli/: jobs.cli
+    server = subprocess.Popen([sys.executable, "-m", entry_point, "serve", "--port", str(port)], cwd=args.checkout,
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

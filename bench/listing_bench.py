@@ -165,7 +165,7 @@ def throwaway_database(url: str | None):
 
 def cli_lines(argv: list[str]) -> str:
     """What `barge jobs ...` prints, indented."""
-    from jobs.cli import main
+    from cli.main import main
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         main(argv)

@@ -10,18 +10,23 @@ from typing import TYPE_CHECKING
 
 from engine.lazy import lazy_names
 
-_WHERE = {"Engine": "engine.engine", "GenerationOutput": "engine.generate.outputs",
-          "SamplingParams": "engine.generate.sampling_params", "EmbeddingOutput": "engine.outputs",
-          "StepStats": "engine.step_stats"}
+_WHERE = {"Engine": "engine.engine", "StepStats": "engine.step_stats",
+          # each mode's params and output
+          "EmbedParams": "engine.embed.params", "EmbeddingOutput": "engine.embed.outputs",
+          "SamplingParams": "engine.generate.sampling_params", "GenerationOutput": "engine.generate.outputs",
+          "TranscribeParams": "engine.whisper.params"}
 
-__all__ = ["Engine", "EmbeddingOutput", "GenerationOutput", "SamplingParams", "StepStats"]
+__all__ = ["Engine", "EmbedParams", "EmbeddingOutput", "GenerationOutput", "SamplingParams", "StepStats",
+           "TranscribeParams"]
 
 if TYPE_CHECKING:
+    from engine.embed.outputs import EmbeddingOutput
+    from engine.embed.params import EmbedParams
     from engine.engine import Engine
     from engine.generate.outputs import GenerationOutput
     from engine.generate.sampling_params import SamplingParams
-    from engine.outputs import EmbeddingOutput
     from engine.step_stats import StepStats
+    from engine.whisper.params import TranscribeParams
 
 
 __getattr__ = lazy_names(__name__, _WHERE)

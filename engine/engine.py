@@ -8,13 +8,14 @@ import numpy as np
 import torch
 
 from engine.cpu_memory import keep_freed_memory
-from engine.embedder import Embedder
+from engine.embed.embedder import Embedder
+from engine.embed.outputs import EmbeddingOutput
+from engine.embed.params import EmbedParams
 from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, SamplingParams
-from engine.outputs import EmbeddingOutput
-from engine.params import EmbedParams
 from engine.settings import default_dtype
 from engine.quant.config import QUANTIZATIONS   # None, "fp8" (per-channel scales), "fp8-block" (128x128)
 from engine.step_stats import StepObserver
+from engine.whisper.params import TranscribeParams
 
 MODES = ("generate", "embed", "transcribe")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -87,21 +88,18 @@ class Engine:
         transcriber = load_transcriber(path, resolve_dtype(dtype), device, quantization=quantization, **options)
         return cls("transcribe", transcriber=transcriber)
 
-    def transcribe(self, audio: list, language: str | None = None, task: str = "transcribe",
-                   temperature: float | tuple[float, ...] = 0.0, beam_size: int = 1, vad: bool = True,
-                   with_timestamps: bool = True, word_timestamps: bool = False, long_form: str = "vad") -> list:
+    def transcribe(self, audio: list, params: TranscribeParams | None = None, **options) -> list:
         """One TranscriptionOutput per input (float32 16 kHz array, bytes, path or fsspec
         URL) in input order: .text, .segments (start, end, text; with word_timestamps also
         .words: word, start, end, probability), .language (.language_probability when
-        detected), .duration_s, .error (undecodable or empty audio is such a row); a bad
-        option raises ValueError. long_form: "vad" or "sequential" (TranscribeParams)."""
+        detected), .duration_s, .error (undecodable or empty audio is such a row).
+
+        params: a TranscribeParams, or its fields as keywords (language=, task=,
+        temperature=, beam_size=, vad=, with_timestamps=, word_timestamps=, long_form=);
+        a bad value raises ValueError naming it."""
         if self.transcriber is None:
             raise ValueError(f"transcribe needs an engine loaded with mode='transcribe', not {self.mode!r}")
-        from engine.whisper.params import TranscribeParams
-        params = TranscribeParams(language=language, task=task, temperature=temperature, beam_size=beam_size,
-                                  vad=vad, with_timestamps=with_timestamps, word_timestamps=word_timestamps,
-                                  long_form=long_form)
-        return self.transcriber.transcribe(list(audio), params)
+        return self.transcriber.transcribe(list(audio), _params(TranscribeParams, params, options))
 
     @property
     def settings(self) -> dict:
@@ -161,30 +159,37 @@ class Engine:
         """Tokens each text would feed the model, special tokens included."""
         return [len(ids) for ids in self._embedder.tokenizer.encode_batch(texts, truncate)]
 
-    def embed(self, texts: list[str], dimensions: int | None = None, normalize: bool = True,
-              truncate: bool = True, output_dtype: str = "float32", prompt: str | None = None,
-              prompt_name: str | None = None) -> np.ndarray:
+    def embed(self, texts: list[str], params: EmbedParams | None = None, **options) -> np.ndarray:
         """[len(texts), dimensions or embedding_dim] in input order; ValueError naming a bad row.
 
-        truncate=False refuses (raises for) a text longer than max_seq_length instead of
-        cutting it; output_dtype is "float32" or "float16". prompt is put before every text
-        (an instruction: Qwen3-Embedding wants "Instruct: {task}\nQuery:" before queries);
-        prompt_name picks one of the model's named prompts instead. Both count towards
-        max_seq_length, as in sentence-transformers.
+        params: an EmbedParams, or its fields as keywords (dimensions=, normalize=,
+        truncate=, output_dtype=, prompt=, prompt_name=). truncate=False refuses (raises
+        for) a text longer than max_seq_length instead of cutting it; output_dtype is
+        "float32" or "float16". prompt is put before every text (an instruction:
+        Qwen3-Embedding wants "Instruct: {task}\nQuery:" before queries); prompt_name picks
+        one of the model's named prompts instead. Both count towards max_seq_length, as in
+        sentence-transformers.
         """
-        return self._embedder.embed(texts, EmbedParams(dimensions, normalize, truncate, output_dtype, prompt,
-                                                       prompt_name))
+        return self._embedder.embed(texts, _params(EmbedParams, params, options))
 
-    def encode(self, texts: list, dimensions: int | None = None, normalize: bool = True,
-               truncate: bool = True, output_dtype: str = "float32", prompt: str | None = None,
-               prompt_name: str | None = None) -> list[EmbeddingOutput]:
+    def encode(self, texts: list, params: EmbedParams | None = None, **options) -> list[EmbeddingOutput]:
         """One EmbeddingOutput per text in input order; bad rows carry .error instead of raising.
 
         With truncate=False a text over max_seq_length is such a row: its error names
-        its token count and the limit. The options are embed's.
+        its token count and the limit. params (or its fields as keywords) are embed's.
         """
-        return self._embedder.encode(texts, EmbedParams(dimensions, normalize, truncate, output_dtype, prompt,
-                                                        prompt_name))
+        return self._embedder.encode(texts, _params(EmbedParams, params, options))
+
+
+def _params(kind: type, params: object | None, options: dict):
+    """`params` (a `kind`), or a `kind` built from the keywords `options`; not both."""
+    if params is None:
+        return kind(**options)
+    if options:
+        raise TypeError(f"give a {kind.__name__} or its fields as keywords ({', '.join(sorted(options))}), not both")
+    if not isinstance(params, kind):
+        raise TypeError(f"params must be a {kind.__name__}, got {type(params).__name__}")
+    return params
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

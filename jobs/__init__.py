@@ -1,4 +1,5 @@
-"""Barge's job domain: specs, states, the SQL store, the client and the CLI."""
+"""Barge's job domain: specs, states, the SQL store, the client and its messaging port
+(the command line is cli/, on the floor above)."""
 
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus, ShardStatus

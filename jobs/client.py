@@ -11,28 +11,26 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from jobs.cache_keys import cache_namespace, model_identity
 from jobs.events import final_event
+from jobs.failpoints import failpoint
+from jobs.hosts import check_job_locations
+from jobs.inspection import keep_inspection
 from jobs.job_list import JobList, JobPage
+from jobs.messaging import CONTROL_QUEUE, PLAN_JOB, RESUME_JOB, WRITE_PARTIAL_OUTPUT, celery_app, queue_name
+from jobs.private_files import tighten_data_dir
 from jobs.records import JobProgress
+from jobs.schedule_client import Schedules
 from jobs.settings import Settings
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from jobs.store import Store
-
-if TYPE_CHECKING:
-    from jobs.schedule_client import Schedules
 from jobs.throughput import format_duration, format_rate
-from jobs.inspection import keep_inspection
-from jobs.private_files import tighten_data_dir
-from jobs.hosts import check_job_locations
+from jobs.transient import is_transient
 from jobs.validate import check_job, encoded_schema
-from queueing.failpoints import failpoint
-from queueing.transient import is_transient
 from storage.manifest import read_errors, read_results
 from storage.redaction import redact_text
 from webhooks.signing import generate_secret
@@ -62,9 +60,8 @@ class Client:
         self._app = None
 
     @property
-    def schedules(self) -> "Schedules":
+    def schedules(self) -> Schedules:
         """Recurring runs: client.schedules.add(...), .list(), .pause(name), ..."""
-        from jobs.schedule_client import Schedules
         return Schedules(self)
 
     def submit(self, spec: JobSpec, *, webhook_secret: str | None = None, job_id: str | None = None) -> "Job":
@@ -93,14 +90,14 @@ class Client:
 
     def plan(self, job_id: str) -> None:
         """Queue a QUEUED job's planning (again: planning a job twice plans it once)."""
-        self._send("barge.plan_job", [job_id])
+        self._send(PLAN_JOB, [job_id])
 
     def retry(self, job: "Job | str") -> "Job":
         """Re-run only the failed or cancelled shards of a failed, cancelled or expired
         job (a job that never got planned is planned afresh). Committed parts stay."""
         job_id = job.id if isinstance(job, Job) else job
         status = self.store.retry_job(job_id)
-        self._send("barge.resume_job" if status == JobStatus.RUNNING else "barge.plan_job", [job_id])
+        self._send(RESUME_JOB if status == JobStatus.RUNNING else PLAN_JOB, [job_id])
         return Job(self, job_id)
 
     def job(self, job_id: str) -> "Job":
@@ -117,10 +114,9 @@ class Client:
         return JobList(self.store.engine).page(limit=limit, before=before, status=status)
 
     def _send(self, task_name: str, args: list) -> None:
-        from queueing.app import create_app
-        from queueing.routing import CONTROL_QUEUE, queue_name
+        """Send a control task (jobs.messaging) to this deployment's control queue."""
         if self._app is None:
-            self._app = create_app(self.settings)
+            self._app = celery_app(self.settings)
         self._app.send_task(task_name, args=args, queue=queue_name(self.settings.namespace, CONTROL_QUEUE))
 
 
@@ -164,7 +160,7 @@ class Job:
         event = final_event(store, self.id, JobStatus.CANCELLED, None)
         if not store.finish_job(self.id, JobStatus.CANCELLED, event=event):
             return False
-        self.client._send("barge.write_partial_output", [self.id])   # list what it finished
+        self.client._send(WRITE_PARTIAL_OUTPUT, [self.id])   # list what it finished
         return True
 
     def errors(self, partial: bool = False) -> list[dict]:

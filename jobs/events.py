@@ -7,7 +7,8 @@ import time
 
 from jobs.records import JobRecord
 from jobs.status import JobStatus
-from jobs.store import OutboxEvent, ShardCommitted, ShardEvents, Store
+from jobs.outbox import OutboxEvent
+from jobs.store import ShardCommitted, ShardEvents, Store
 from webhooks.events import WebhookEvent, job_event, progress_event, shard_event
 
 STATUS_EVENTS = {JobStatus.SUCCEEDED: "job.succeeded", JobStatus.FAILED: "job.failed",

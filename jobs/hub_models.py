@@ -44,7 +44,7 @@ SAFETENSORS_FILES = ("model.safetensors", "model-*-of-*.safetensors", "model.saf
 CT2_WHISPER_FILES = ("model.bin",)   # faster-whisper (CTranslate2) repos name their weights so
 # What jobs.validate reads of a model at submit, out of CONFIG_FILES: the mode and width
 # (config.json, modules.json), an FP8 checkpoint (config.json's quantization_config), a
-# prompt and the pooling (engine.config.load_encoder_config: the sentence-transformers
+# prompt and the pooling (engine.embed.config.load_encoder_config: the sentence-transformers
 # configs, tokenizer_config.json's model_max_length). No tokenizer vocabulary, no weights:
 # a GGUF repo needs nothing (its mode is its file's name; the header is read by workers).
 SUBMIT_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",

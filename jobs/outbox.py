@@ -37,14 +37,25 @@ PRUNE_BATCH = 500   # events deleted per transaction: a large backlog never hold
 
 
 @dataclass(frozen=True)
+class OutboxEvent:
+    """A webhook event to write in the same transaction as a job's final state (or a shard's commit)."""
+
+    id: str       # the event's webhook-id
+    type: str     # job.succeeded, shard.completed, ...
+    url: str      # where it is delivered (whole: only display is redacted)
+    body: bytes   # the signed payload, as sent
+
+
+@dataclass(frozen=True)
 class PruneCount:
     num_events: int     # settled events deleted (or, on a dry run, that would be)
     num_attempts: int   # their delivery attempts
 
 
-def insert_event(conn: Connection, job_id: str, event, now: float, *, due_at: float | None = None) -> None:
-    """Queue an event (a jobs.store.OutboxEvent) inside the caller's transaction, due at
-    once or, held, at `due_at` (release_held brings it forward)."""
+def insert_event(conn: Connection, job_id: str, event: OutboxEvent, now: float, *,
+                 due_at: float | None = None) -> None:
+    """Queue an event inside the caller's transaction, due at once or, held, at `due_at`
+    (release_held brings it forward)."""
     conn.execute(insert(tables.webhook_events).values(
         id=event.id, job_id=job_id, type=event.type, url=event.url, body=event.body.decode(), status=PENDING,
         attempts=0, retry_from=0, next_attempt_at=now if due_at is None else due_at, claimed_until=0.0,

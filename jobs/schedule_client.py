@@ -16,25 +16,41 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError
 
 from jobs.hosts import template_problem
 from jobs.schedule_store import ScheduleRun
 from jobs.schedules import Schedule, ScheduleError, check_schedule, render_spec
+from jobs.settings import Settings
 from jobs.spec import JobSpec, JobSpecError
+from jobs.store import Store
 from storage.redaction import redact_text
 from webhooks.signing import generate_secret
-
-if TYPE_CHECKING:
-    from jobs.client import Client, Job
 
 log = logging.getLogger("barge.beat")
 
 
+class JobClient(Protocol):
+    """What schedules ask of the client that holds them: jobs.client.Client, which hands
+    itself over as `client.schedules` (so this module does not import it back)."""
+
+    store: Store
+    settings: Settings
+
+    def submit(self, spec: JobSpec, *, webhook_secret: str | None = None, job_id: str | None = None) -> Any:
+        """Check, record and queue a job (Client.submit); returns its jobs.client.Job."""
+
+    def plan(self, job_id: str) -> None:
+        """Queue a QUEUED job's planning again."""
+
+    def job(self, job_id: str) -> Any:
+        """The jobs.client.Job of `job_id`; KeyError for an unknown id."""
+
+
 class Schedules:
-    def __init__(self, client: "Client"):
+    def __init__(self, client: JobClient):
         self.client = client
         self.store = client.store
 
@@ -74,8 +90,9 @@ class Schedules:
     def runs(self, name: str) -> list[ScheduleRun]:
         return self.store.schedule_runs(self.get(name).id)
 
-    def run_now(self, name: str) -> "Job":
-        """Submit the schedule's job for this moment; JobSpecError if it is refused."""
+    def run_now(self, name: str) -> Any:
+        """Submit the schedule's job for this moment and return its jobs.client.Job;
+        JobSpecError if it is refused."""
         run = self.store.add_manual_run(name)
         status, error = submit_run(self.client, run)
         if status == "refused":
@@ -91,7 +108,7 @@ class Schedules:
         return prune(self.store, schedules, CacheReach(self.client.settings), dry_run=dry_run, now=now)
 
 
-def submit_run(client: "Client", run: ScheduleRun) -> tuple[str, str | None]:
+def submit_run(client: JobClient, run: ScheduleRun) -> tuple[str, str | None]:
     """Create the run's job under its fixed id and record the outcome: ("submitted", None)
     or ("refused", why). A job that exists already was created by an earlier holder of
     the run: its planning is queued again (harmless) and the run is submitted."""

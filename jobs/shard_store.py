@@ -18,17 +18,14 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from sqlalchemy import Connection, func, select, update
 
 from jobs import tables
-from jobs.outbox import insert_event
+from jobs.outbox import OutboxEvent, insert_event
 from jobs.records import ShardRecord
 from jobs.status import JobStatus, ShardStatus, check_transition
-
-if TYPE_CHECKING:
-    from jobs.store import OutboxEvent
 
 DEFAULT_LEASE_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -58,7 +55,7 @@ class ShardCommitted:
 
 
 # Builds the opt-in webhook events of one commit (jobs.events.shard_events).
-ShardEvents = Callable[[ShardCommitted], "list[OutboxEvent]"]
+ShardEvents = Callable[[ShardCommitted], list[OutboxEvent]]
 
 
 @dataclass(frozen=True)
@@ -131,7 +128,7 @@ class ShardStore:
                       counts_as_attempt: bool = True) -> bool:
         """Give a running shard back for another attempt (a retryable failure, or a
         worker draining). The caller sends it to the broker again. An attempt that met
-        an outage (queueing.transient) is given back uncounted, so no number of outages
+        an outage (jobs.transient) is given back uncounted, so no number of outages
         dead-letters a shard."""
         with self._job_transaction(job_id) as (conn, _job):
             shard = self._shard_row(conn, job_id, shard_index)

@@ -14,7 +14,6 @@ import sqlite3
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -24,7 +23,7 @@ from sqlalchemy import Connection, create_engine, event, func, select, text, upd
 from sqlalchemy.engine import make_url
 
 from jobs import tables
-from jobs.outbox import Outbox, insert_event, release_held
+from jobs.outbox import Outbox, OutboxEvent, insert_event, release_held
 from jobs.private_files import make_private_sqlite
 from jobs.cache_store import CacheStore
 from jobs.schedule_store import ScheduleStore
@@ -47,16 +46,6 @@ PARTIAL_OUTPUT_CHASE_S = 86_400.0
 PARTIAL_OUTPUT_HOLD_S = 60.0
 # How long a SQLite connection waits for another process's write lock.
 SQLITE_BUSY_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class OutboxEvent:
-    """A webhook event to write in the same transaction as a job's final state."""
-
-    id: str
-    type: str
-    url: str
-    body: bytes
 
 
 class Store(SecretStore, ShardStore, CacheStore, ScheduleStore, RecoveryStore):

@@ -171,7 +171,7 @@ def _check_quant_check(spec: JobSpec, model: ModelRef) -> None:
 def _check_prompt(spec: JobSpec, model: ModelRef) -> None:
     """A prompt_name the model does not define, or a prompt its pooling would leave out, is
     refused here rather than failing every shard."""
-    from engine.config import load_encoder_config   # imports torch: only here
+    from engine.embed.config import load_encoder_config   # imports torch: only here
     try:
         config = load_encoder_config(model.path)
     except (OSError, ValueError) as exc:

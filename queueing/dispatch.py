@@ -24,9 +24,9 @@ from jobs.outbox import retention_from_env
 from jobs.secret_box import SecretKeyError
 from jobs.status import InvalidTransition, JobStatus
 from jobs.store import Store
+from jobs.messaging import CONTROL_QUEUE, WRITE_PARTIAL_OUTPUT
 from queueing.delivery_pool import DeliveryLimits, DeliveryPool
 from queueing.metrics import WorkerMetrics
-from queueing.routing import CONTROL_QUEUE
 from queueing.runtime import Runtime
 from storage.redaction import redact_text, redact_url
 from webhooks.deliver import DeliveryResult, send
@@ -151,7 +151,7 @@ class Dispatcher(threading.Thread):
         """One pass; the ids of the events whose attempt it started."""
         store = self.runtime.store
         for job_id in expire_jobs(store):   # list what they finished (queueing.finalize)
-            self.runtime.send("barge.write_partial_output", [job_id], CONTROL_QUEUE)
+            self.runtime.send(WRITE_PARTIAL_OUTPUT, [job_id], CONTROL_QUEUE)
         if self.retention_s is not None and time.monotonic() >= self._next_prune_at:
             self._next_prune_at = time.monotonic() + min(PRUNE_EVERY_S, self.retention_s)
             self._prune(store)

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from jobs.status import JobStatus, ShardStatus
 from jobs.events import final_event
 from jobs.report import job_report
+from jobs.failpoints import failpoint
+from jobs.transient import is_transient, retrying
 from queueing.dispatch import deliver
-from queueing.failpoints import failpoint
 from queueing.runtime import Runtime
 from queueing.structured_stats import structured_stats
-from queueing.transient import is_transient, retrying
 from storage.errors import StorageError
 from queueing.results import ROW_INDEX_COLUMN
 from storage.errors_file import write_errors_file
@@ -29,7 +29,7 @@ log = logging.getLogger("barge.worker")
 
 
 def run_job_step(runtime: Runtime, job_id: str, step: str, action: Callable[[], object]) -> None:
-    """Plan or finalize a job. A transient error (queueing.transient: the database, the
+    """Plan or finalize a job. A transient error (jobs.transient: the database, the
     broker or the store away for a while) is retried with backoff for
     BARGE_TRANSIENT_RETRY_S and, past that, left to the job's owner, a housekeeper that
     sends the task again (jobs.recovery_store): the job stays as it is, never FAILED

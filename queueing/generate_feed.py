@@ -14,22 +14,28 @@ aborted, which frees their KV blocks for the others.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from engine.generate.outputs import error_output
-from engine.generate.request import Request
 from queueing.inference import row_sampling_params
+from queueing.runtime import EngineKey
 from queueing.worker import ShardWork
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
 
 class GenerateFeed:
-    def __init__(self, engine, model_key: str, quantization: str | None = None, kv_cache_dtype: str | None = None):
-        self.engine = engine            # engine.Engine, mode "generate"
+    """Talks to the engine through LLMEngine's streaming API only: add_requests, step, abort."""
+
+    def __init__(self, engine: Engine, key: EngineKey):
+        self.engine = engine            # mode "generate"
         self.llm = engine.llm
-        self.model_key = model_key
-        self.quantization = quantization   # an FP8 job's rows never join a 16-bit engine's batch
-        self.kv_cache_dtype = kv_cache_dtype    # nor an fp8-KV job's rows a 16-bit cache's, or the reverse
-        self._requests: dict[int, tuple[ShardWork, int, Request]] = {}   # request id -> (shard, todo index, request)
+        self.key = key                  # the engine's: an FP8 job's rows never join a 16-bit engine's batch,
+                                        # nor an fp8-KV job's rows a 16-bit cache's, or the reverse
+        self._requests: dict[int, tuple[ShardWork, int]] = {}   # request id -> (its shard, its row's todo index)
 
     @property
     def num_requests(self) -> int:
@@ -42,9 +48,7 @@ class GenerateFeed:
         return max(0, 2 * self.llm.options.max_num_seqs - len(self._requests))
 
     def serves(self, work: ShardWork) -> bool:
-        spec = work.job.spec
-        return (spec.mode == "generate" and work.job.model_key == self.model_key
-                and spec.quantization == self.quantization and spec.kv_cache_dtype == self.kv_cache_dtype)
+        return EngineKey.for_job(work.job) == self.key
 
     def add(self, work: ShardWork, rows: list[int], first_index: int) -> None:
         """Queue `rows` (positions in the shard) as requests; todo index of rows[0] is
@@ -54,32 +58,32 @@ class GenerateFeed:
         row_params = [work.row_params[row] for row in rows] if work.row_params else None
         params = row_sampling_params(work.job.spec.params, ids, row_params)
         prompts = [work.inputs[row] for row in rows]
-        for offset, request in enumerate(self.llm.add_requests(prompts, params)):
-            if isinstance(request, str):
-                work.put(first_index + offset, error_output(request))
+        for offset, request_id in enumerate(self.llm.add_requests(prompts, params)):
+            if isinstance(request_id, str):     # why the row cannot run
+                work.put(first_index + offset, error_output(request_id))
             else:
-                self._requests[request.request_id] = (work, first_index + offset, request)
+                self._requests[request_id] = (work, first_index + offset)
 
     def step(self) -> list[ShardWork]:
         """One engine step; the shards that got outputs from it."""
         touched = {}
-        for request in self.llm.step():
-            work, index, _ = self._requests.pop(request.request_id)
-            work.put(index, self.llm.to_output(request))
+        for finished in self.llm.step():
+            work, index = self._requests.pop(finished.request_id)
+            work.put(index, finished.output)
             touched[id(work)] = work
         return list(touched.values())
 
     def abort(self, work: ShardWork) -> None:
         """Drop a shard's requests (its claim is gone or it failed); frees their KV blocks."""
-        for request_id, (owner, _, request) in list(self._requests.items()):
+        for request_id, (owner, _) in list(self._requests.items()):
             if owner is work:
-                self.llm.abort(request)
+                self.llm.abort(request_id)
                 del self._requests[request_id]
 
     def abort_all(self) -> list[ShardWork]:
         """After a failed step: drop every request; the shards that had some."""
-        works = {id(work): work for work, _, _ in self._requests.values()}
-        for _, _, request in self._requests.values():
-            self.llm.abort(request)
+        works = {id(work): work for work, _ in self._requests.values()}
+        for request_id in self._requests:
+            self.llm.abort(request_id)
         self._requests.clear()
         return list(works.values())

@@ -16,7 +16,7 @@ from dataclasses import replace
 from jobs.worker_beats import EngineBeat, WorkerBeat, WorkerBeats
 from queueing.device_telemetry import DeviceTelemetry
 from queueing.devices import DeviceSlot
-from queueing.runtime import Runtime
+from queueing.runtime import EngineKey, Runtime
 from queueing.usage import engine_settings
 
 log = logging.getLogger("barge.worker")
@@ -61,7 +61,7 @@ class Heartbeat(threading.Thread):
         self.interval_s = interval_s
         self.beats = WorkerBeats(runtime.store.engine)
         self.started_at = time.time()
-        self.tallies: dict[tuple, StepTally] = {}   # engine key -> its tally
+        self.tallies: dict[EngineKey, StepTally] = {}   # engine key -> its engine's tally
         self.telemetry = DeviceTelemetry(getattr(runtime, "device", None) or DeviceSlot("cpu", 0))   # `barge workers`
         self.stopped = threading.Event()
 
@@ -97,5 +97,5 @@ class Heartbeat(threading.Thread):
             if tally is None:
                 tally = self.tallies[key] = StepTally()
                 engine.add_step_observer(tally)
-            found.append(tally.take(engine_settings(engine, key[0]), device))
+            found.append(tally.take(engine_settings(engine, key.model_key), device))
         return found

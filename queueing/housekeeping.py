@@ -20,7 +20,7 @@ import time
 from jobs.retention import prune_abandoned_staging
 from jobs.status import JobStatus, ShardStatus
 from jobs.worker_beats import WorkerBeats
-from queueing.routing import CONTROL_QUEUE
+from jobs.messaging import CONTROL_QUEUE, FINALIZE_JOB, PLAN_JOB, WRITE_PARTIAL_OUTPUT
 from queueing.runtime import Runtime
 
 log = logging.getLogger("barge.worker")
@@ -36,7 +36,7 @@ def housekeep(runtime: Runtime) -> None:
             log.error("job %s shard %d: dead-lettered after %d lost or failed attempts",
                       reclaimed.job_id, reclaimed.shard_index, options.max_attempts)
             if reclaimed.job_is_ready:
-                runtime.send("barge.finalize_job", [reclaimed.job_id], CONTROL_QUEUE)
+                runtime.send(FINALIZE_JOB, [reclaimed.job_id], CONTROL_QUEUE)
     for job_id, shard_index in store.stale_queued(options.requeue_after_s):
         log.warning("job %s shard %d: sent %.0fs ago and never claimed, sending it again",
                     job_id, shard_index, options.requeue_after_s)
@@ -46,9 +46,9 @@ def housekeep(runtime: Runtime) -> None:
         log.warning("job %s: its partial manifest was owed %.0fs ago and is not written, sending the task again",
                     job_id, options.requeue_after_s)
         store.touch_partial_output(job_id)
-        runtime.send("barge.write_partial_output", [job_id], CONTROL_QUEUE)
+        runtime.send(WRITE_PARTIAL_OUTPUT, [job_id], CONTROL_QUEUE)
     for job_id, status in store.stranded_jobs(options.requeue_after_s):
-        task = "barge.plan_job" if status == JobStatus.QUEUED else "barge.finalize_job"
+        task = PLAN_JOB if status == JobStatus.QUEUED else FINALIZE_JOB
         log.warning("job %s: %s, and the %s task that moves it on has not done so %.0fs after it was sent or "
                     "began; sending it again", job_id, status, task, options.requeue_after_s)
         runtime.send(task, [job_id], CONTROL_QUEUE)

@@ -1,4 +1,6 @@
-"""One engine call for a chunk of a shard's rows, per mode.
+"""One engine call for a chunk of a shard's rows, per mode, with the job's params built
+as that mode's param object (EmbedParams, SamplingParams, TranscribeParams: torch-free,
+each checking its values and raising ValueError naming a bad one).
 
 Sampling in a generate job is reproducible row by row: with a job `seed`, each row's
 seed derives from it and the row's id, so a re-run of a shard (after a crash, or a
@@ -7,27 +9,43 @@ retry) writes the same text, whatever batch the row lands in."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from engine.embed.outputs import EmbeddingOutput
+from engine.embed.params import EmbedParams
+from engine.generate.sampling_params import SamplingParams
+from engine.whisper.params import TranscribeParams
 from jobs.records import JobRecord
 from jobs.row_params import shared_params
 from jobs.validate import sampling_kwargs
 
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
-def infer(engine, job: JobRecord, ids: pa.Array, inputs: list, row_params: list[dict] | None = None) -> list:
+
+def infer(engine: Engine, job: JobRecord, ids: pa.Array, inputs: list, row_params: list[dict] | None = None) -> list:
     """Outputs in input order, each with .error set for a bad row instead of raising.
     `row_params`: each row's params over the job's (jobs.row_params), or None."""
-    if job.spec.mode == "embed":
-        return encode_rows(engine, job.spec.params, inputs, row_params)
-    if job.spec.mode == "generate":
-        return engine.generate(inputs, row_sampling_params(job.spec.params, ids, row_params))
-    if job.spec.mode == "transcribe":     # audio bytes or paths/URLs; bad audio is a row's error
-        return engine.transcribe(inputs, **job.spec.params)
-    raise ValueError(f"mode {job.spec.mode!r} has no engine in this worker")
+    spec = job.spec
+    if spec.mode == "embed":
+        return encode_rows(engine, embed_params(spec.params), inputs, row_params)
+    if spec.mode == "generate":
+        return engine.generate(inputs, row_sampling_params(spec.params, ids, row_params))
+    if spec.mode == "transcribe":     # audio bytes or paths/URLs; bad audio is a row's error
+        return engine.transcribe(inputs, TranscribeParams(**spec.params))
+    raise ValueError(f"mode {spec.mode!r} has no engine in this worker")
 
 
-def encode_rows(engine, params: dict, inputs: list, row_params: list[dict] | None = None) -> list:
+def embed_params(params: dict) -> EmbedParams:
+    """An embed job's params (its per-row column left out) as the engine's EmbedParams."""
+    return EmbedParams(**shared_params(params))
+
+
+def encode_rows(engine: Engine, params: EmbedParams, inputs: list, row_params: list[dict] | None = None,
+                ) -> list[EmbeddingOutput]:
     """Embed outputs in input order. Rows that ask their own `dimensions` run in one engine
     call per width, each exactly as a job with that `dimensions` would (truncated, then
     normalised: engine.layers.pooling.finish); a width the model has not is the row's error.
@@ -36,30 +54,22 @@ def encode_rows(engine, params: dict, inputs: list, row_params: list[dict] | Non
     that a row's vector is the very one a job-level `dimensions` writes. A chunk mixing k
     widths runs k smaller batches of the same tokens: 256 MiniLM rows of three widths
     interleaved took 1.01x the time of one width on CPU (best of 6, 2 cores)."""
-    shared = shared_params(params)
     if not row_params or not any(row_params):
-        return engine.encode(inputs, **shared)
-    from engine import EmbeddingOutput
-    widths = [{**shared, **override}.get("dimensions") for override in row_params]
+        return engine.encode(inputs, params)
+    widths = [override.get("dimensions", params.dimensions) for override in row_params]
     outputs: list = [None] * len(inputs)
     for width in dict.fromkeys(widths):   # the distinct widths, in order of first row
         rows = [row for row, row_width in enumerate(widths) if row_width == width]
-        error = _width_error(width, engine.embedding_dim)
-        results = ([EmbeddingOutput(None, 0, error)] * len(rows) if error else
-                   engine.encode([inputs[row] for row in rows], **{**shared, "dimensions": width}))
+        try:
+            width_params = replace(params, dimensions=width)
+            width_params.check(engine.embedding_dim)
+        except ValueError as error:   # the engine's own refusal of this width, as the rows' error
+            results = [EmbeddingOutput(None, 0, str(error))] * len(rows)
+        else:
+            results = engine.encode([inputs[row] for row in rows], width_params)
         for row, result in zip(rows, results):
             outputs[row] = result
     return outputs
-
-
-def _width_error(width: int | None, embedding_dim: int) -> str | None:
-    """The engine's own refusal of this width (EmbedParams.check), as a row's error."""
-    from engine.params import EmbedParams
-    try:
-        EmbedParams(dimensions=width).check(embedding_dim)
-    except ValueError as error:
-        return str(error)
-    return None
 
 
 def row_seed(job_seed: int, row_id: object) -> int:
@@ -67,11 +77,10 @@ def row_seed(job_seed: int, row_id: object) -> int:
     return int.from_bytes(digest[:8], "big") >> 1   # a non-negative 63-bit integer
 
 
-def row_sampling_params(params: dict, ids: pa.Array, row_params: list[dict] | None = None) -> list:
+def row_sampling_params(params: dict, ids: pa.Array, row_params: list[dict] | None = None) -> list[SamplingParams]:
     """A job's sampling params for each of these rows (each with its own seed, if the job or
     the row has one), a row's own params (jobs.row_params) over the job's; ValueError
     naming the parameter the engine refuses."""
-    from engine import SamplingParams
     overrides = row_params or [{}] * len(ids)
     shared = None     # the job's own params, built once for the rows that add nothing to them
     sampling = []

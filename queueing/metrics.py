@@ -147,7 +147,7 @@ class WorkerMetrics:
         self.webhooks.labels(outcome).inc()
 
     def watch_bad_messages(self, count: Callable[[], int]) -> None:
-        """The embedded broker's unreadable messages set aside (queueing.fs_transport),
+        """The embedded broker's unreadable messages set aside (jobs.fs_transport),
         counted at scrape time: the deployment's, like the SQL shard counts."""
         Gauge("barge_broker_bad_messages", "Unreadable broker messages moved aside into the queue folder's "
               "bad/ (embedded broker only).", registry=self.registry).set_function(count)

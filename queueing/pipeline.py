@@ -40,12 +40,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from queueing.failpoints import hang_if_poisoned
+from jobs.failpoints import hang_if_poisoned
+from jobs.logs import log_context
 from queueing.generate_feed import GenerateFeed
-from queueing.logs import log_context
-from queueing.runtime import Runtime
+from queueing.runtime import EngineKey, Runtime
 from queueing.worker import (AttemptStopped, ShardOutcome, ShardWork, check_still_held, end_failed, end_shard,
-                             end_stopped, engine_of, infer_rows)
+                             end_stopped, infer_rows)
 
 log = logging.getLogger("barge.worker")
 
@@ -161,9 +161,8 @@ class ShardPipeline:
         if work is None or work.job.spec.mode != "generate":
             return None
         if self._feed is None or not self._feed.serves(work):
-            engine = engine_of(self.runtime, work.job)
-            self._feed = GenerateFeed(engine, work.job.model_key, work.job.spec.quantization,
-                                      work.job.spec.kv_cache_dtype)
+            key = EngineKey.for_job(work.job)
+            self._feed = GenerateFeed(self.runtime.engine_for(key), key)
         return self._feed
 
     def _take_for_feed(self, feed: GenerateFeed) -> list[tuple[ShardWork, list[int], int]]:
@@ -199,7 +198,7 @@ class ShardPipeline:
                 touched[id(work)] = work
         try:
             if feed.num_requests:
-                with self.runtime.watch.busy(f"a generate step of {feed.model_key} ({feed.num_requests} requests)",
+                with self.runtime.watch.busy(f"a generate step of {feed.key.model_key} ({feed.num_requests} requests)",
                                              feed.engine):
                     hang_if_poisoned([work.inputs[row] for work, rows, _ in additions for row in rows])
                     touched.update((id(work), work) for work in feed.step())

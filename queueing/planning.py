@@ -8,14 +8,14 @@ import logging
 from jobs.status import JobStatus
 from jobs.spec import JobSpecError
 from jobs.validate import check_ids, inspect_job_input, read_columns
-from queueing.failpoints import failpoint
+from jobs.failpoints import failpoint
+from jobs.messaging import CONTROL_QUEUE, FINALIZE_JOB, model_queue
+from jobs.transient import is_transient
+from jobs.inspection import planned_shards
 from queueing.finalize import fail_job
-from queueing.routing import CONTROL_QUEUE, model_queue
 from queueing.runtime import Runtime
-from queueing.transient import is_transient
 from storage.errors import StorageError
 from storage.clear import clear_output
-from jobs.inspection import planned_shards
 from storage.durations import Durations, with_durations
 from storage.inspection import load_inspection
 from storage.layout import Layout, describe_layout
@@ -62,7 +62,7 @@ def plan_job(runtime: Runtime, job_id: str) -> int:
     if not store.start_job(job_id, plans):
         return 0
     if not plans:
-        runtime.send("barge.finalize_job", [job_id], CONTROL_QUEUE)
+        runtime.send(FINALIZE_JOB, [job_id], CONTROL_QUEUE)
     num_sent = runtime.refill_window(job_id)
     log.info("job %s: %d rows in %d shards; the first %d sent to %s", job_id, info.num_rows, len(plans),
              num_sent, model_queue(job.model_key))

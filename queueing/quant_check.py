@@ -18,7 +18,7 @@ import logging
 
 from jobs.records import JobRecord
 from jobs.row_params import shared_params
-from queueing.runtime import Runtime
+from queueing.runtime import EngineKey, Runtime
 
 log = logging.getLogger("barge.worker")
 
@@ -49,14 +49,14 @@ def run_quant_check(runtime: Runtime, job: JobRecord, inputs: list) -> dict:
 
 def _compare(runtime: Runtime, job: JobRecord, rows: list) -> dict:
     from engine.quant.compare import compare   # torch: only in model-serving processes
-    spec = job.spec
-    fp8 = runtime.engine_for(job.model_key, spec.mode, spec.quantization, kv_cache_dtype=spec.kv_cache_dtype)
-    baseline = runtime.engines.get((job.model_key, spec.mode, None))
+    key = EngineKey.for_job(job)
+    fp8 = runtime.engine_for(key)
+    baseline = runtime.engines.get(key.baseline)
     is_loaded_for_check = baseline is None
     if is_loaded_for_check:
-        baseline = runtime.load_engine(job.model_key, spec.mode)
+        baseline = runtime.load_engine(key.baseline)
     try:
-        return compare(baseline, fp8, rows, shared_params(spec.params)).to_dict()   # without a per-row column
+        return compare(baseline, fp8, rows, shared_params(job.spec.params)).to_dict()   # without a per-row column
     finally:
         if is_loaded_for_check:
             del baseline

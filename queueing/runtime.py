@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from celery import Celery
 
@@ -19,15 +20,48 @@ from jobs.settings import Settings
 from jobs.store import Store
 from queueing.devices import DeviceSlot
 from queueing.metrics import WorkerMetrics
-from queueing.routing import model_queue, queue_name
+from jobs.messaging import model_queue, queue_name
 from queueing.stall import EngineWatch
 from queueing.usage import engine_settings
 
+if TYPE_CHECKING:
+    from engine.engine import Engine
+    from queueing.delivery_pool import DeliveryPool
+
 log = logging.getLogger("barge.worker")
 
-# (model key, mode, quantization), and after them the dtype (embed) or the KV cache dtype (generate) where a
-# job names one: one loaded engine each
-EngineKey = tuple[str, ...]
+
+@dataclass(frozen=True)
+class EngineKey:
+    """Which loaded engine runs a job's rows: a worker keeps one Engine per key, loaded once.
+    An FP8 engine and the model's 16-bit one are separate engines, and so is an engine of a
+    dtype or a KV cache dtype a job names."""
+
+    model_key: str                      # the served model (jobs.models.ModelRef.key; a Hub id pinned to a commit)
+    mode: str                           # "embed" | "generate" | "transcribe"
+    quantization: str | None = None     # None: the checkpoint's; "fp8", "fp8-block", "fp8-group": FP8 linears
+    dtype: str | None = None            # embed: a dtype the job names (JobSpec.dtype); None: the engine's default
+    kv_cache_dtype: str | None = None   # generate: "fp8" (JobSpec.kv_cache_dtype); None: the model's dtype
+
+    @classmethod
+    def for_job(cls, job: JobRecord) -> "EngineKey":
+        spec = job.spec
+        return cls(job.model_key, spec.mode, spec.quantization, spec.dtype, spec.kv_cache_dtype)
+
+    @property
+    def baseline(self) -> "EngineKey":
+        """The same model and mode at the engine's defaults: what an FP8 engine is checked against."""
+        return EngineKey(self.model_key, self.mode)
+
+
+class Pipeline(Protocol):
+    """queueing.pipeline.ShardPipeline as the worker sees it (a Protocol: that module imports this one)."""
+
+    def submit(self, work) -> None: ...
+
+    def wait_idle(self) -> None: ...
+
+    def close(self, timeout_s: float | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -82,29 +116,24 @@ class Runtime:
     options: WorkerOptions = field(default_factory=WorkerOptions)
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     models: dict[str, ModelRef] = field(default_factory=dict)      # model key -> ref
-    engines: dict[EngineKey, object] = field(default_factory=dict)   # (model key, mode, quantization) -> Engine
+    engines: dict[EngineKey, Engine] = field(default_factory=dict)   # each loaded once, on its first job
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
     drain_deadline: float | None = None    # set on SIGTERM: monotonic time the current shard must end by
-    pipeline: object | None = None         # queueing.pipeline.ShardPipeline when pipeline_depth > 0
-    deliveries: object | None = None       # queueing.delivery_pool.DeliveryPool of the worker's Dispatcher
+    pipeline: Pipeline | None = None       # queueing.pipeline.ShardPipeline when pipeline_depth > 0
+    deliveries: DeliveryPool | None = None   # the worker's Dispatcher's pool
     device: DeviceSlot | None = None       # the slot this process serves (queueing.devices); None: engine default
     watch: EngineWatch = field(default_factory=EngineWatch)   # engine progress; its watchdog runs in `barge worker`
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def engine_for(self, model_key: str, mode: str, quantization: str | None = None, dtype: str | None = None,
-                   kv_cache_dtype: str | None = None):
-        """The engine for a model this worker serves, loaded once and kept. An FP8 engine
-        and the model's 16-bit one are separate engines, each kept once loaded; so is an
-        engine of a dtype or a KV cache dtype a job names (JobSpec.dtype, .kv_cache_dtype),
-        keyed with it."""
-        key = (model_key, mode, quantization, *(named for named in (dtype, kv_cache_dtype) if named is not None))
+    def engine_for(self, key: EngineKey) -> Engine:
+        """The engine for a model this worker serves, loaded once and kept under its key."""
         with self._lock:
             engine = self.engines.get(key)
             if engine is None:
-                with self.watch.busy(f"loading {model_key} for {mode}", loading=True):
-                    engine = self._load_engine(model_key, mode, quantization, dtype, kv_cache_dtype)
+                with self.watch.busy(f"loading {key.model_key} for {key.mode}", loading=True):
+                    engine = self._load_engine(key)
                 self.watch.watch(engine)
-                self.metrics.observe_engine(engine, model_key, mode)
+                self.metrics.observe_engine(engine, key.model_key, key.mode)
                 self.engines[key] = engine
             return engine
 
@@ -126,33 +155,32 @@ class Runtime:
     def serves_hub_models(self) -> bool:
         return any(is_hub_key(key) for key in self.models)
 
-    def load_engine(self, model_key: str, mode: str, quantization: str | None = None):
+    def load_engine(self, key: EngineKey) -> Engine:
         """A fresh engine that this runtime does not keep (the unquantized baseline of a
         job's FP8 check): the caller drops it when done."""
-        with self._lock, self.watch.busy(f"loading {model_key} for {mode} (a baseline)", loading=True):
-            engine = self._load_engine(model_key, mode, quantization)
+        with self._lock, self.watch.busy(f"loading {key.model_key} for {key.mode} (a baseline)", loading=True):
+            engine = self._load_engine(key)
         self.watch.watch(engine)
         return engine
 
-    def _load_engine(self, model_key: str, mode: str, quantization: str | None, dtype: str | None = None,
-                     kv_cache_dtype: str | None = None):
-        ref = self.models.get(model_key)
+    def _load_engine(self, key: EngineKey) -> Engine:
+        ref = self.models.get(key.model_key)
         if ref is None:
-            raise LookupError(f"this worker does not serve model {model_key!r}")
+            raise LookupError(f"this worker does not serve model {key.model_key!r}")
         from engine import Engine   # heavy: torch loads only in model-serving processes
-        log.info("loading model %s (%s) for %s%s%s", ref.key, ref.path, mode,
-                 f", {quantization} weights" if quantization else "",
-                 f", {kv_cache_dtype} KV cache" if kv_cache_dtype else "")
+        log.info("loading model %s (%s) for %s%s%s", ref.key, ref.path, key.mode,
+                 f", {key.quantization} weights" if key.quantization else "",
+                 f", {key.kv_cache_dtype} KV cache" if key.kv_cache_dtype else "")
         options = {}
-        if mode == "generate":
+        if key.mode == "generate":
             options.update(self._memory_options())
         if self.device is not None:
             options["device"] = self.device.torch_device
-        if dtype is not None:
-            options["dtype"] = dtype
-        if kv_cache_dtype is not None:
-            options["kv_cache_dtype"] = kv_cache_dtype
-        engine = Engine.from_pretrained(ref.path, mode=mode, quantization=quantization, **options)
+        if key.dtype is not None:
+            options["dtype"] = key.dtype
+        if key.kv_cache_dtype is not None:
+            options["kv_cache_dtype"] = key.kv_cache_dtype
+        engine = Engine.from_pretrained(ref.path, mode=key.mode, quantization=key.quantization, **options)
         if self.device is not None:
             engine.device_id = self.device.label
         return engine
@@ -166,12 +194,11 @@ class Runtime:
             return {"kv_cache_memory_fraction": self.options.kv_cache_fraction, "gpu_memory_fraction": None}
         return {}
 
-    def engine_settings(self, model_key: str, mode: str, quantization: str | None = None,
-                        dtype: str | None = None, kv_cache_dtype: str | None = None) -> dict:
+    def engine_settings(self, key: EngineKey) -> dict:
         """The settings of the engine serving this key, as recorded with each commit: read
         afresh each time, since an engine lowers its batch budget after an out-of-memory
         error (engine.oom) and the shards it commits after that record the lower one."""
-        return engine_settings(self.engine_for(model_key, mode, quantization, dtype, kv_cache_dtype), model_key)
+        return engine_settings(self.engine_for(key), key.model_key)
 
     def send(self, task_name: str, args: list, queue: str, *, priority: int | None = None,
              countdown: float | None = None) -> None:

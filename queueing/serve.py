@@ -28,13 +28,13 @@ from queueing.app import create_app
 from queueing.device_telemetry import DeviceTelemetry
 from queueing.devices import DeviceSlot
 from queueing.dispatch import Dispatcher
-from queueing.fs_transport import bad_message_count
-from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
+from jobs.fs_transport import bad_message_count
+from jobs.messaging import CONTROL_QUEUE, model_queue, queue_name
 from queueing.heartbeat import Heartbeat
 from queueing.housekeeping import Housekeeper
-from queueing.logs import configure_logging
+from jobs.logs import configure_logging
 from queueing.metrics import WorkerMetrics
-from queueing.runtime import Runtime, WorkerOptions, attach_runtime
+from queueing.runtime import EngineKey, Runtime, WorkerOptions, attach_runtime
 from queueing.stall import stall_exit, watch_from_env
 from storage.fs import redact
 
@@ -69,7 +69,7 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
         ref = resolve_model(name)
         runtime.models[ref.key] = ref
         if preload:   # load now, not on the first shard: a broken model fails the worker at start
-            runtime.engine_for(ref.key, model_mode(ref.path))
+            runtime.engine_for(EngineKey(ref.key, model_mode(ref.path)))
     if options.pipeline_depth > 0:
         from queueing.pipeline import ShardPipeline
         runtime.pipeline = ShardPipeline(runtime, depth=options.pipeline_depth)

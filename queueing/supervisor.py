@@ -35,6 +35,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +73,7 @@ class EngineProcess:
 class Supervisor:
     def __init__(self, slots: list[DeviceSlot], argv: list[str], *, max_faults: int,
                  env: dict[str, str] | None = None, metrics_port: int = 0, stop_timeout_s: float = 120.0):
-        """`argv`: the command of one engine process (`python -m jobs.cli worker --model M ...`);
+        """`argv`: the command of one engine process (`python -m cli worker --model M ...`);
         `metrics_port`: the first engine process serves metrics there, the next one port + 1, ..."""
         self.engines = [EngineProcess(slot) for slot in slots]
         self.argv = argv
@@ -184,17 +185,16 @@ class Supervisor:
         return status
 
 
-def run_worker(models: list[str], *, devices: str | None = None, loglevel: str = "INFO",
-               metrics_port: int | None = None) -> int:
+def run_worker(models: list[str], *, worker_command: Sequence[str], devices: str | None = None,
+               loglevel: str = "INFO", metrics_port: int | None = None) -> int:
     """`barge worker`: serve in this process when it is one slot's engine process (or the
-    CPU alone), else supervise one engine process per slot."""
-    import sys
-
+    CPU alone), else supervise one engine process per slot. `worker_command`: how an engine
+    process runs `barge worker` again (cli.worker's `python -m cli worker`), its options after it."""
     from jobs.hosts import check_setting
     from jobs.settings import Settings
     from jobs.store import Store
     from queueing.devices import SLOT_VARIABLE, count_visible_gpus, max_faults_from_env, parse_devices
-    from queueing.logs import configure_logging
+    from jobs.logs import configure_logging
     from queueing.runtime import WorkerOptions
 
     settings = Settings.from_env()
@@ -208,7 +208,7 @@ def run_worker(models: list[str], *, devices: str | None = None, loglevel: str =
     configure_logging(loglevel)
     Store(settings.database_url).migrate()   # once, not raced by every engine process
     options = WorkerOptions.from_env()
-    argv = [sys.executable, "-m", "jobs.cli", "worker", "--loglevel", loglevel, "--metrics-port", "0"]
+    argv = [*worker_command, "--loglevel", loglevel, "--metrics-port", "0"]
     for model in models:
         argv += ["--model", model]
     port = options.metrics_port if metrics_port is None else metrics_port

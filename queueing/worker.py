@@ -25,15 +25,15 @@ from jobs.events import shard_events
 from jobs.records import JobRecord
 from jobs.store import ShardClaim
 from queueing.devices import EXIT_DEVICE_FAULT, is_device_fault
-from queueing.failpoints import crash_if_poisoned, failpoint, hang_if_poisoned
+from jobs.failpoints import crash_if_poisoned, failpoint, hang_if_poisoned
 from queueing.inference import infer
 from queueing.lease import LeaseKeeper
 from queueing.quant_check import run_quant_check, wants_quant_check
 from queueing.result_cache import CachedRows, CacheWrite, ResultCache, merge_cached
 from queueing.results import ROW_INDEX_COLUMN, build_table
-from queueing.routing import CONTROL_QUEUE
-from queueing.runtime import Runtime
-from queueing.transient import is_transient, retrying
+from jobs.messaging import CONTROL_QUEUE
+from queueing.runtime import EngineKey, Runtime
+from jobs.transient import is_transient, retrying
 from queueing.shard_rows import read_rows, with_row_errors
 from queueing.usage import ShardUsage, shard_usage
 from storage.manifest import decode_schema
@@ -201,7 +201,7 @@ def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> No
     inputs = [work.inputs[i] for work, rows in batch for i in rows]
     row_params = ([work.row_params[i] if work.row_params else {} for work, rows in batch for i in rows]
                   if any(work.row_params for work, _ in batch) else None)
-    engine = engine_of(runtime, first.job)
+    engine = runtime.engine_for(EngineKey.for_job(first.job))
     with runtime.watch.busy(f"{first.job.spec.mode} of {len(inputs)} rows of job {first.job.id}", engine):
         hang_if_poisoned(inputs)
         outputs = infer(engine, first.job, ids, inputs, row_params)
@@ -209,12 +209,6 @@ def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> No
     for work, rows in batch:
         work.outputs.extend(outputs[start:start + len(rows)])
         start += len(rows)
-
-
-def engine_of(runtime: Runtime, job: JobRecord):
-    """The engine a job's rows run through: its model, mode, quantization, dtype and KV cache dtype."""
-    return runtime.engine_for(job.model_key, job.spec.mode, job.spec.quantization, job.spec.dtype,
-                              job.spec.kv_cache_dtype)
 
 
 def end_shard(runtime: Runtime, work: ShardWork) -> ShardOutcome:
@@ -285,9 +279,7 @@ def _result_cache(runtime: Runtime, job: JobRecord, schema: pa.Schema, carried: 
 def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim,
             written: ShardWritten) -> ShardOutcome:
     outputs = written.outputs
-    usage = shard_usage(job.model_key, job.spec.mode, outputs,
-                        runtime.engine_settings(job.model_key, job.spec.mode, job.spec.quantization,
-                                                job.spec.dtype, job.spec.kv_cache_dtype))
+    usage = shard_usage(job.model_key, job.spec.mode, outputs, runtime.engine_settings(EngineKey.for_job(job)))
     rows_failed = usage.rows_failed
 
     def commit() -> tuple[bool, bool]:

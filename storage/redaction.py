@@ -2,7 +2,7 @@
 
 Barge's one redaction, for everything it shows: the CLI (`barge status`, `jobs`,
 `webhooks ...`, `schedule runs`), the dashboard's pages and JSON, storage errors and log
-lines (queueing.logs runs every record through it). Only display is redacted: a webhook
+lines (jobs.logs runs every record through it). Only display is redacted: a webhook
 is still sent to the whole URL the user gave, a file still read from the whole URL.
 
 URLs, wherever they sit in a text (recognised by their scheme, `name://`):

@@ -45,7 +45,7 @@ if not torch.cuda.is_available():
 
 from bench.embed_bench import build_corpus  # noqa: E402
 from engine import Engine  # noqa: E402
-from engine.batching import pack, plan_batches  # noqa: E402
+from engine.embed.batching import pack, plan_batches  # noqa: E402
 
 MINILM_SHAPE = {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536}
 BERT_BASE_SHAPE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}

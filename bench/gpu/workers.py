@@ -86,7 +86,7 @@ def run_job(work: Path, name: str, model: Path, rows: int, devices: str, env: di
     pq.write_table(pa.table({"id": list(range(rows)), "text": prompts}), corpus / "in.parquet", row_group_size=64)
     env = {**os.environ, "BARGE_DATA_DIR": str(data), **env}
     log = open(data / "worker.log", "wb")
-    worker = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", str(model), "--devices", devices],
+    worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--model", str(model), "--devices", devices],
                               env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         num_ready = len(devices.split(",")) if "," in devices else int(devices.split(":")[1]) if ":" in devices else 1
@@ -164,7 +164,7 @@ def check_telemetry(work: Path, model: Path, cpu: bool) -> None:
     env = {**os.environ, "BARGE_DATA_DIR": str(data)}
     data.mkdir(parents=True)
     log = open(data / "worker.log", "wb")
-    worker = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", str(model), "--devices",
+    worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--model", str(model), "--devices",
                                "cpu" if cpu else "0", "--metrics-port", str(port)], env=env, stdout=log,
                               stderr=subprocess.STDOUT, cwd=ROOT)
     try:

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 
 from engine.lazy import lazy_names
 
-_WHERE = {"GenerateOptions": "engine.generate.options", "GenerationOutput": "engine.generate.outputs",
-          "LLMEngine": "engine.generate.llm_engine", "RunStats": "engine.generate.llm_engine",
-          "SamplingParams": "engine.generate.sampling_params"}
+_WHERE = {"FinishedRequest": "engine.generate.outputs", "GenerateOptions": "engine.generate.options",
+          "GenerationOutput": "engine.generate.outputs", "LLMEngine": "engine.generate.llm_engine",
+          "RunStats": "engine.generate.llm_engine", "SamplingParams": "engine.generate.sampling_params"}
 
-__all__ = ["GenerateOptions", "GenerationOutput", "LLMEngine", "RunStats", "SamplingParams"]
+__all__ = ["FinishedRequest", "GenerateOptions", "GenerationOutput", "LLMEngine", "RunStats", "SamplingParams"]
 
 if TYPE_CHECKING:
     from engine.generate.llm_engine import LLMEngine, RunStats
     from engine.generate.options import GenerateOptions
-    from engine.generate.outputs import GenerationOutput
+    from engine.generate.outputs import FinishedRequest, GenerationOutput
     from engine.generate.sampling_params import SamplingParams
 
 

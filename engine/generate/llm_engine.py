@@ -1,5 +1,10 @@
 """LLMEngine: the generate mode — prompts in, one GenerationOutput per prompt out.
 
+Two ways in: generate(prompts) runs them to the end and returns their outputs in order;
+the streaming API keeps one batch full across a caller's own batches (queueing.generate_feed):
+add_request(s) queues prompts and returns their request ids, step() returns the requests
+it finished with their outputs, abort(request_id) ends one early.
+
     step():  schedule -> (step observers) -> run the model -> sample -> advance requests -> collect finished
              -> jump forward (structured output: append the tokens the grammar forces)
 
@@ -24,7 +29,7 @@ from engine.generate.kv_cache import FP8_KV_DTYPE, allocate_kv_cache, bytes_per_
 from engine.generate.model_config import DecoderConfig
 from engine.generate.model_loader import load_decoder
 from engine.generate.options import GenerateOptions
-from engine.generate.outputs import GenerationOutput, error_output
+from engine.generate.outputs import FinishedRequest, GenerationOutput, error_output
 from engine.generate.request import Request, RequestStatus
 from engine.generate.runner import ModelRunner, ModelRunnerOutput
 from engine.generate.sampling_params import SamplingParams
@@ -99,6 +104,7 @@ class LLMEngine:
         self.last_run = RunStats()
         self.step_observers: list[StepObserver] = []     # called with each step's StepStats
         self._next_request_id = 0
+        self._unfinished: dict[int, Request] = {}       # request id -> request, from its queueing to its end
         self._grammars: GrammarCache | None = None      # built with the first structured request
         self._num_forced_since_step = 0                 # jump-forward tokens the next step computes
         self.oom_guard = OomGuard.from_env()            # out-of-memory errors survived (engine.oom)
@@ -135,17 +141,17 @@ class LLMEngine:
     def generate(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
                  ) -> list[GenerationOutput]:
         started, outputs, requests = time.perf_counter(), [None] * len(prompts), {}
-        for row, request_or_error in enumerate(self.add_requests(prompts, params)):
+        for row, request_or_error in enumerate(self._queue_all(prompts, params)):
             if isinstance(request_or_error, str):
                 outputs[row] = error_output(request_or_error)
             else:
                 requests[row] = request_or_error
         num_steps, num_preemptions = 0, self.scheduler.num_preemptions
-        while self.scheduler.has_unfinished_requests():
-            self.step()
+        while self.has_unfinished_requests:
+            self._step()
             num_steps += 1
         for row, request in requests.items():
-            outputs[row] = self.to_output(request)
+            outputs[row] = self._to_output(request)
         self.last_run = RunStats(len(requests), sum(r.num_prompt_tokens for r in requests.values()),
                                  sum(r.num_cached_tokens for r in requests.values()),
                                  sum(r.num_output_tokens for r in requests.values()), num_steps,
@@ -154,15 +160,45 @@ class LLMEngine:
         return outputs
 
     def add_requests(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
-                     ) -> list[Request | str]:
+                     ) -> list[int | str]:
         """Queue prompts to be run by step(), checking every SamplingParams first (a bad
-        value raises ValueError naming it, before any is queued); per prompt its Request,
-        or a string saying why it cannot run."""
-        return [self.add_request(prompt, row_params)
+        value raises ValueError naming it, before any is queued); per prompt its request
+        id, or a string saying why it cannot run."""
+        return [request if isinstance(request, str) else request.request_id
+                for request in self._queue_all(prompts, params)]
+
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> int | str:
+        """Queue one prompt, as add_requests: its request id, or why it cannot run."""
+        return self.add_requests([prompt], params)[0]
+
+    def step(self) -> list[FinishedRequest]:
+        """One step of every unfinished request; the requests it finished (an error row
+        among them, its output's .error set), each with its output."""
+        return [FinishedRequest(request.request_id, self._to_output(request)) for request in self._step()]
+
+    def abort(self, request_id: int) -> None:
+        """End a request before it finishes, freeing its KV blocks; step() never returns
+        it. An id that has finished (or was never queued) is ignored."""
+        request = self._unfinished.pop(request_id, None)
+        if request is not None and not request.is_finished:
+            self.scheduler.finish(request, RequestStatus.FINISHED_ABORTED)
+
+    @property
+    def has_unfinished_requests(self) -> bool:
+        """Some request is waiting or running: step() has work."""
+        return self.scheduler.has_unfinished_requests()
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self._unfinished)
+
+    def _queue_all(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None,
+                   ) -> list[Request | str]:
+        return [self._queue(prompt, row_params)
                 for prompt, row_params in zip(prompts, self._params_per_row(prompts, params))]
 
-    def add_request(self, prompt: Prompt, params: SamplingParams) -> Request | str:
-        """Queue one prompt; a string says why it cannot run."""
+    def _queue(self, prompt: Prompt, params: SamplingParams) -> Request | str:
+        """Queue one prompt whose params are checked; a string says why it cannot run."""
         token_ids = self.prompt_token_ids(prompt)
         if isinstance(token_ids, str):
             return token_ids
@@ -176,9 +212,17 @@ class LLMEngine:
             request.prompt_logprobs.append(None)     # the first prompt token has nothing before it
         self._next_request_id += 1
         self.scheduler.add_request(request)
+        self._unfinished[request.request_id] = request
         return request
 
-    def step(self) -> list[Request]:
+    def _step(self) -> list[Request]:
+        """One step; the requests it finished, no longer unfinished."""
+        finished = self._run_step()
+        for request in finished:
+            self._unfinished.pop(request.request_id, None)
+        return finished
+
+    def _run_step(self) -> list[Request]:
         failed = self._end_failed_grammars()
         scheduler_output = self.scheduler.schedule()
         if not scheduler_output.requests:      # only requests whose grammar is compiling are left
@@ -246,10 +290,6 @@ class LLMEngine:
                          num_kv_blocks_used=blocks.num_blocks - blocks.num_free_blocks, num_kv_blocks=blocks.num_blocks,
                          num_preemptions=len(output.preempted), num_prefix_cache_hit_tokens=output.num_cached_tokens,
                          num_forced_tokens=self._num_forced_since_step)
-
-    def abort(self, request: Request) -> None:
-        if not request.is_finished:
-            self.scheduler.finish(request, RequestStatus.FINISHED_ABORTED)
 
     def _record_logprobs(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         for request in scheduler_output.requests:
@@ -322,7 +362,7 @@ class LLMEngine:
             if (getattr(params, name) or 0) > vocab:
                 raise ValueError(f"{name} must be at most the vocabulary size {vocab}, got {getattr(params, name)}")
 
-    def to_output(self, request: Request) -> GenerationOutput:
+    def _to_output(self, request: Request) -> GenerationOutput:
         """A finished (or aborted) request as the GenerationOutput generate would return."""
         if request.error is not None:
             return error_output(request.error, request.num_prompt_tokens)

@@ -1,4 +1,5 @@
-"""GenerationOutput: what generate hands back for one prompt, in input order."""
+"""GenerationOutput: what generate hands back for one prompt, in input order; FinishedRequest:
+what step() hands back for one request it ended."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ class GenerationOutput:
     @property
     def is_ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    """A request that LLMEngine.step() ended, as its streaming callers receive it."""
+
+    request_id: int                         # as add_request returned it
+    output: GenerationOutput                # what generate would have returned for its prompt
 
 
 def error_output(error: str, num_prompt_tokens: int = 0) -> GenerationOutput:

@@ -81,12 +81,13 @@ class TextTokenizer:
     def decode(self, token_ids: list[int]) -> str:
         return self._tokenizer.decode(token_ids, skip_special_tokens=True)
 
-    def apply_chat_template(self, messages: list[dict]) -> str:
-        """The prompt text for a conversation, ending where the assistant's reply begins."""
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The prompt text for a conversation, ending where the assistant's reply begins; with
+        add_generation_prompt=False, where the conversation ends (what a reward model scores)."""
         if not self.chat_template:
             raise ValueError("this model has no chat template; pass prompts as text or token ids")
         try:
-            return _compile(self.chat_template).render(messages=messages, add_generation_prompt=True,
+            return _compile(self.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt,
                                                        bos_token=self.bos_token or "", eos_token=self.eos_token or "")
         except Exception as error:      # a template is code from the model folder: any failure is the row's
             raise ValueError(f"chat template failed: {error}") from error

@@ -1,7 +1,7 @@
 """Flash attention's forward pass over packed texts (no padding), beside the PyTorch reference
 it is tested against (on CPU with TRITON_INTERPRET=1, on GPU by bench/fp8_bench.py).
 
-A batch is its texts laid end to end (engine/batching.py); cu_seqlens int32 [num_seqs + 1]
+A batch is its texts laid end to end (engine/embed/batching.py); cu_seqlens int32 [num_seqs + 1]
 gives where each text starts, so text s is rows cu_seqlens[s]:cu_seqlens[s + 1]:
 
     q rows       | a a a | b b b b b | c c |

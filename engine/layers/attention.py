@@ -23,8 +23,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from engine.batching import AttentionGroup
-from engine.batching import cu_seqlens as groups_cu_seqlens
+from engine.embed.batching import AttentionGroup
+from engine.embed.batching import cu_seqlens as groups_cu_seqlens
 from engine.kernels import cpu_ops
 
 KERNEL_MAX_HEAD_DIM = 128      # engine.kernels.varlen_attention.MAX_HEAD_DIM, without importing Triton

@@ -1,7 +1,7 @@
 """BERT-style encoder (BERT, RoBERTa, XLM-R) over packed batches: token ids -> hidden states.
 
 Every tensor is [num_tokens, ...] with the batch's texts laid end to end (see
-engine/batching.py): no padding, no mask. Q, K and V are one fused projection.
+engine/embed/batching.py): no padding, no mask. Q, K and V are one fused projection.
 
 NOTE: two paths through the model, one result. On CPU the layers are the PyTorch ops
 below, with oneDNN's GELU and residual-add post-ops (engine/layers/linear.py); their
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from engine.batching import PackedBatch
+from engine.embed.batching import PackedBatch
 from engine.layers.attention import varlen_attention
 from engine.layers.linear import ACTIVATIONS, GELU_APPROXIMATE, linear_act, linear_residual, linear_unbiased
 
@@ -121,12 +121,14 @@ class BertEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.position_offset = config.position_offset
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # input_ids, positions: [num_tokens] -> [num_tokens, hidden]
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        # input_ids, positions, token_type_ids: [num_tokens] -> [num_tokens, hidden]
         hidden = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.position_offset)
-        # Single-text inputs: every token is segment 0.
-        hidden = hidden + self.token_type_embeddings.weight[0]
-        return self.norm(hidden)
+        # Single texts: every token is segment 0. A cross-encoder's pair: the second text is segment 1.
+        if token_type_ids is None:
+            return self.norm(hidden + self.token_type_embeddings.weight[0])
+        return self.norm(hidden + self.token_type_embeddings(token_type_ids))
 
     def fused(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """As forward, in one kernel."""
@@ -196,17 +198,20 @@ class BertModel(nn.Module):
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
         self.fused_ops: bool | None = None      # the Triton path; None: on CUDA only
 
-    def forward(self, batch: PackedBatch) -> torch.Tensor:
-        """A packed batch (on this model's device) -> last hidden states [num_tokens, hidden]."""
+    def forward(self, batch: PackedBatch, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """A packed batch (on this model's device) -> last hidden states [num_tokens, hidden].
+        token_type_ids [num_tokens]: each token's segment (a pair's); None: all segment 0."""
         if self.fused_ops or (self.fused_ops is None and batch.input_ids.is_cuda):
-            return self._forward_fused(batch)
-        hidden = self.embeddings(batch.input_ids, batch.positions)
+            return self._forward_fused(batch, token_type_ids)
+        hidden = self.embeddings(batch.input_ids, batch.positions, token_type_ids)
         for layer in self.layers:
             hidden = layer(hidden, batch)
         return hidden
 
-    def _forward_fused(self, batch: PackedBatch) -> torch.Tensor:
-        hidden = self.embeddings.fused(batch.input_ids, batch.positions)
+    def _forward_fused(self, batch: PackedBatch, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        # The fused embedding kernel adds segment 0's row to every token: pairs take the PyTorch ops.
+        hidden = (self.embeddings.fused(batch.input_ids, batch.positions) if token_type_ids is None
+                  else self.embeddings(batch.input_ids, batch.positions, token_type_ids))
         for layer in self.layers:
             hidden = layer.forward_fused(hidden, batch)
         return hidden

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.batching import PackedBatch
+from engine.embed.batching import PackedBatch
 from engine.generate.attention import AttentionMetadata, paged_attention
 from engine.generate.kv_cache import KVCache, LayerKVCache
 from engine.generate.model_config import DecoderConfig
@@ -195,7 +195,7 @@ class LlamaForEmbedding(nn.Module):
     forward: a packed batch -> final hidden states [num_tokens, hidden_size].
 
     Every text is a whole prompt seen once, so there is no KV cache and no LM head: the
-    layers' attention is causal within each text of the packed batch (engine/batching.py),
+    layers' attention is causal within each text of the packed batch (engine/embed/batching.py),
     and the embedder pools the hidden states (usually the last token's). On CUDA (or with
     `fused_ops=True`) the layers take the generate decoder's fused kernels (see the NOTE at
     the top), attention still over the packed batch.

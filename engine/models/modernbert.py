@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from engine.batching import PackedBatch
+from engine.embed.batching import PackedBatch
 from engine.generate.rotary import apply_rotary
 from engine.layers.attention import SlidingWindow, cpu_kernel_runs_widened, packed_attention, sliding_window
 from engine.layers.linear import ACTIVATIONS, GELU_APPROXIMATE, linear_residual, linear_unbiased

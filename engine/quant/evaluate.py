@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.config import is_embedding_folder
+from engine.embed.config import is_embedding_folder
 from engine.engine import Engine
 from engine.generate import SamplingParams
 from engine.layers.fp8_linear import fp8_weight_bytes

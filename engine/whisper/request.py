@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from engine.whisper.beam import BeamSearch
 
 
 @dataclass(frozen=True)
@@ -29,6 +26,21 @@ class DecodeOptions:
         if self.beam_size > 1 and self.temperature > 0:
             raise ValueError(f"beam_size {self.beam_size} decodes at temperature 0 only (openai-whisper samples "
                              f"above it), got temperature {self.temperature}")
+
+
+class Beam(Protocol):
+    """The beam a hypothesis row belongs to, as its requests and the decoder use it. It is
+    engine.whisper.beam.BeamSearch, which builds on DecodeRequest: declared here so that
+    this module does not import it back."""
+
+    rows: list[DecodeRequest]   # the live hypotheses; rows[0] is the chunk's own request
+
+    @property
+    def leader(self) -> DecodeRequest:
+        """rows[0]: the chunk's own request."""
+
+    def follow_leader(self) -> None:
+        """While tokens are forced: give every row the leader's fed tokens, forced tokens and language."""
 
 
 @dataclass(eq=False)
@@ -52,7 +64,7 @@ class DecodeRequest:
     language_probs: dict[str, float] | None = None
     is_finished: bool = False
     generator: torch.Generator | None = None
-    beam: "BeamSearch | None" = None     # beam_size > 1: the hypotheses, this request one of them
+    beam: Beam | None = None             # beam_size > 1: the hypotheses, this request one of them
     error: str | None = None             # set when it finished without a transcript (engine.oom.OOM_ROW_ERROR)
 
     def restart(self) -> None:

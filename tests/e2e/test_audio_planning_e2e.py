@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import JobSpec, JobStatus, cli
+from cli.main import main as barge
+from jobs import JobSpec, JobStatus
 from tests.support.speech import SENTENCES, espeak, has_espeak, silence, write_wav
 from tests.support.stack import stack
 
@@ -45,7 +46,7 @@ def test_files_of_very_different_lengths_run_in_shards_of_similar_audio_seconds(
         for name, value in deployment.env.items():   # `barge status` finds this deployment
             monkeypatch.setenv(name, value)
         capsys.readouterr()
-        assert cli.main(["status", job.id]) == 0
+        assert barge(["status", job.id]) == 0
         status = capsys.readouterr().out
 
     rows = {row["doc_id"]: row for row in job.results().to_pylist()}

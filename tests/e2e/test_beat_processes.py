@@ -43,7 +43,7 @@ def test_two_beats_make_one_job_per_period(tmp_path):
         clock.write_text(str(FIRST - 3600))
         env = {**os.environ, **deployment.env, "BARGE_CLOCK_FILE": str(clock)}
         logs = [tmp_path / f"beat-{i}.log" for i in range(2)]
-        beats = [subprocess.Popen([sys.executable, "-m", "jobs.cli", "beat", "--interval", "0.02"], env=env,
+        beats = [subprocess.Popen([sys.executable, "-m", "cli", "beat", "--interval", "0.02"], env=env,
                                   stdout=open(log, "wb"), stderr=subprocess.STDOUT) for log in logs]
         read_logs = lambda: "\n".join(log.read_text()[-3000:] for log in logs)  # noqa: E731
         try:

@@ -1,6 +1,6 @@
 """No message content stops a worker, and a worker starts however it is started.
 
-The embedded default (SQLite and the filesystem broker, queueing.fs_transport) is what
+The embedded default (SQLite and the filesystem broker, jobs.fs_transport) is what
 every new user runs first: given a storm of shard messages, unreadable message files
 in the queue folder, or two workers started at the same instant on a fresh data folder,
 when the workers run, then they all stay up and every row lands exactly once. On
@@ -19,7 +19,7 @@ import pytest
 
 from jobs import JobSpec, JobStatus
 from queueing.app import create_app
-from queueing.fs_transport import BAD_FOLDER
+from jobs.fs_transport import BAD_FOLDER
 from tests.e2e.test_job_e2e import write_corpus
 from tests.support.stack import stack, wait_ready
 

@@ -1,6 +1,6 @@
 """No dead ends: a job killed or starved at any step of its life still ends, exactly once.
 
-For each named failpoint of the lifecycle (queueing.failpoints.POINTS), a small real job
+For each named failpoint of the lifecycle (jobs.failpoints.POINTS), a small real job
 runs through a real deployment, and the process at that point is either killed (then a
 fresh worker is started) or starved of its database: on the embedded default the point
 raises SQLite's OperationalError for a few seconds; on PostgreSQL the server itself is
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from jobs import JobSpec, JobStatus
-from queueing.failpoints import POINTS
-from queueing.transient import is_transient
+from jobs.failpoints import POINTS
+from jobs.transient import is_transient
 from tests.e2e.test_job_e2e import write_corpus
 from tests.support.receiver import WebhookReceiver
 from tests.support.stack import stack
@@ -165,7 +165,7 @@ def postgres(action: str) -> None:
 
 
 def postgres_outage_at(flag: Path, timeout_s: float = 120) -> None:
-    """Once a process pauses at the point (queueing.failpoints' pause), stop PostgreSQL,
+    """Once a process pauses at the point (jobs.failpoints' pause), stop PostgreSQL,
     let the process go on into the outage, and start the server again PG_OUTAGE_S later."""
     deadline = time.monotonic() + timeout_s
     while not flag.exists():

@@ -44,10 +44,10 @@ def deployment(tmp_path_factory):
     env = {"BARGE_API_ROWS_PER_SHARD": "1", "BARGE_WEBHOOK_RETRY_BASE_S": "1"}
     with stack("embedded", root / "barge", env=env) as deployment:
         deployment.root = root
-        worker = deployment.spawn([sys.executable, "-m", "jobs.cli", "worker", "--model", "smollm2"], "worker.log")
+        worker = deployment.spawn([sys.executable, "-m", "cli", "worker", "--model", "smollm2"], "worker.log")
         deployment.workers.append(worker)
         port = free_port()
-        server = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
+        server = deployment.spawn([sys.executable, "-m", "cli", "serve", "--port", str(port)], "serve.log")
         deployment.workers.append(server)
         deployment.base = f"http://127.0.0.1:{port}"
         deployment.keys = {name: deployment.create_api_key(name) for name in ("alice", "bob")}

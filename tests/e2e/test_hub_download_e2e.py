@@ -70,7 +70,7 @@ def hub_env(server: HubServer, home: Path, **extra: str) -> dict[str, str]:
 
 
 def barge(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], env={**os.environ, **env}, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], env={**os.environ, **env}, capture_output=True,
                           text=True, timeout=300)
 
 

@@ -122,7 +122,7 @@ def test_ids_that_cannot_be_fetched_are_refused_at_submit_naming_the_model(hub, 
                f"{SMOLLM2}:Q8_0": "Q8_0"}
     with stack("embedded", tmp_path / "barge") as deployment:
         for model, named in refused.items():
-            done = subprocess.run([sys.executable, "-m", "jobs.cli", "submit", "--model", model, "--input", str(corpus),
+            done = subprocess.run([sys.executable, "-m", "cli", "submit", "--model", model, "--input", str(corpus),
                                    "--output", str(tmp_path / "out")], capture_output=True, text=True,
                                   env={**deployment.env, **_environ(), **hub.env()}, timeout=120)
             assert done.returncode == 2, done.stderr
@@ -143,7 +143,7 @@ def test_gguf_and_whisper_by_hub_id(hub, tmp_path):
     with stack("embedded", tmp_path / "barge") as deployment:
         worker = deployment.spawn_worker(f"{SMOLLM2}:Q4_1", env=hub.env())
         wait_ready(worker)
-        whisper = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", WHISPER],
+        whisper = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--model", WHISPER],
                                    env={**_environ(), **deployment.env, **hub.env()},
                                    stdout=open(tmp_path / "whisper.log", "wb"), stderr=subprocess.STDOUT)
         whisper.log_path = tmp_path / "whisper.log"

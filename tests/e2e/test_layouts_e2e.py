@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import JobSpec, JobStatus, ShardStatus, cli
+from cli.main import main as barge
+from jobs import JobSpec, JobStatus, ShardStatus
 from jobs.spec import JobSpecError
 from tests.e2e.test_distributed_e2e import FAST_RECOVERY, assert_every_row_once, running_shard, wait_until
 from tests.support.stack import stack
@@ -77,7 +78,7 @@ def test_a_mixed_folder_over_s3_lands_every_id_once_and_the_huge_row_group_is_fe
             for name, value in deployment.env.items():   # `barge status` finds this deployment
                 monkeypatch.setenv(name, value)
             capsys.readouterr()
-            assert cli.main(["status", job.id]) == 0
+            assert barge(["status", job.id]) == 0
             status = capsys.readouterr().out
         # The plan in `barge status`, as planning found it (the same text as `barge submit --dry-run`).
         assert "  plan:\n    input: 44 files (2 empty), 7,040 rows" in status, status

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import JobSpec, JobStatus
-from jobs.cli import main as barge
+from cli.main import main as barge
 from tests.support.receiver import WebhookReceiver
 from tests.support.stack import free_port, stack
 

@@ -49,11 +49,11 @@ def deployment(tmp_path_factory):
 
 def _serve(deployment, models: list[str]) -> None:
     """A worker serving `models`, `barge serve` beside it, and two keys (alice's, bob's)."""
-    worker = deployment.spawn([sys.executable, "-m", "jobs.cli", "worker",
+    worker = deployment.spawn([sys.executable, "-m", "cli", "worker",
                                *[arg for model in models for arg in ("--model", model)]], "worker-0.log")
     deployment.workers.append(worker)
     port = free_port()
-    server = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
+    server = deployment.spawn([sys.executable, "-m", "cli", "serve", "--port", str(port)], "serve.log")
     deployment.workers.append(server)   # stopped with the workers (SIGTERM)
     deployment.base_url = f"http://127.0.0.1:{port}/v1"
     deployment.keys = [deployment.create_api_key(name) for name in ("alice", "bob")]
@@ -321,7 +321,7 @@ def test_a_server_killed_between_recording_a_batch_and_making_its_job_leaves_a_b
     batch that reads `validating`, then `failed` once its job is clearly never coming,
     and no job that nobody reads."""
     port = free_port()
-    doomed = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve-doomed.log",
+    doomed = deployment.spawn([sys.executable, "-m", "cli", "serve", "--port", str(port)], "serve-doomed.log",
                   env={"BARGE_FAILPOINTS": "after_batch_record=kill"})
     deployment.workers.append(doomed)
     doomed_url = f"http://127.0.0.1:{port}/v1"
@@ -337,7 +337,7 @@ def test_a_server_killed_between_recording_a_batch_and_making_its_job_leaves_a_b
     assert orphan.status == "validating"                       # its job may still be on the way
     assert len(deployment.client().jobs(limit=1000)) == jobs_before   # and none was made
     port = free_port()
-    patient = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve-short.log",
+    patient = deployment.spawn([sys.executable, "-m", "cli", "serve", "--port", str(port)], "serve-short.log",
                    env={"BARGE_API_ORPHAN_AFTER_S": "1"})
     deployment.workers.append(patient)
     _wait_serving(patient, f"http://127.0.0.1:{port}/v1")
@@ -475,7 +475,7 @@ def test_barge_submit_runs_an_openai_batch_file_and_writes_output_jsonl(deployme
     source = tmp_path / "batch.jsonl"
     source.write_bytes(_jsonl([{"custom_id": "e", "method": "POST", "url": "/v1/embeddings",
                                 "body": {"model": "minilm", "input": TEXTS[0]}}]))
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "submit", "--input", str(source), "--output",
+    done = subprocess.run([sys.executable, "-m", "cli", "submit", "--input", str(source), "--output",
                            str(tmp_path / "out"), "--wait"], env={**os.environ, **deployment.env},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -487,7 +487,7 @@ def test_barge_submit_runs_an_openai_batch_file_and_writes_output_jsonl(deployme
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"custom_id": "x", "method": "POST", "url": "/v1/embeddings", "body": {"model": "nope", '
                    '"input": "x"}}\n')
-    refused = subprocess.run([sys.executable, "-m", "jobs.cli", "submit", "--input", str(bad), "--output",
+    refused = subprocess.run([sys.executable, "-m", "cli", "submit", "--input", str(bad), "--output",
                               str(tmp_path / "out2")], env={**os.environ, **deployment.env}, capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode == 2 and "line 1: model_not_found" in refused.stderr

@@ -44,7 +44,7 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve-security")
     with stack("embedded", root / "barge") as deployment:
         port = free_port()
-        server = deployment.spawn([sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)], "serve.log")
+        server = deployment.spawn([sys.executable, "-m", "cli", "serve", "--port", str(port)], "serve.log")
         deployment.workers.append(server)   # stopped with the deployment (SIGTERM)
         deployment.port, deployment.server = port, server
         deployment.base = f"http://127.0.0.1:{port}"
@@ -211,14 +211,14 @@ def test_no_secret_in_the_cli(served):
     env = {**served.env}
     shown = []
     for argv in (["status", served.job_id], ["webhooks", "list"]):
-        done = subprocess.run([sys.executable, "-m", "jobs.cli", *argv], env={**os.environ, **env},
+        done = subprocess.run([sys.executable, "-m", "cli", *argv], env={**os.environ, **env},
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         shown.append(done.stdout + done.stderr)
     events = re.findall(r"msg_[0-9a-f]{32}", shown[1])
     assert events, shown[1]
     for event in events[:3]:
-        done = subprocess.run([sys.executable, "-m", "jobs.cli", "webhooks", "show", event],
+        done = subprocess.run([sys.executable, "-m", "cli", "webhooks", "show", event],
                               env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and "hooks.example.com" in done.stdout, done.stdout + done.stderr
         shown.append(done.stdout + done.stderr)

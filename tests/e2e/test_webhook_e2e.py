@@ -45,7 +45,7 @@ def test_events_arrive_after_the_receiver_comes_up(tmp_path):
             wait_until(lambda: all(e.status == "delivered" for e in outbox.events(job.id)), 60,
                        f"every event delivered:\n{deployment.worker_logs()}")
             requests = list(receiver.requests)
-        listed = subprocess.run([sys.executable, "-m", "jobs.cli", "webhooks", "list", "--job", job.id],
+        listed = subprocess.run([sys.executable, "-m", "cli", "webhooks", "list", "--job", job.id],
                                 env={**os.environ, **deployment.env}, capture_output=True, text=True, check=True)
         worker_logs = deployment.worker_logs()
 

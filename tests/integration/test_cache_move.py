@@ -22,14 +22,14 @@ import pytest
 
 from jobs import JobSpec
 from jobs.cache_move import move_cache
-from jobs.cli import main as barge
+from cli.main import main as barge
 from jobs.client import Client
 from jobs.models import resolve_model
 from jobs.records import JobProgress
 from jobs.settings import Settings
 from queueing import planning
 from queueing.app import create_app
-from queueing.runtime import Runtime, WorkerOptions
+from queueing.runtime import EngineKey, Runtime, WorkerOptions
 from queueing.worker import run_shard
 from storage.fs import resolve
 from tests.integration.test_cache_reach import elsewhere, s3_env  # noqa: F401 (fixture)
@@ -57,7 +57,7 @@ def minilm(tmp_path_factory):
                         broker_url="filesystem://")
     ref = resolve_model("minilm")
     runtime = Runtime(settings=settings, store=None, app=None, models={ref.key: ref})
-    return ref, runtime.engine_for(ref.key, "embed")
+    return ref, runtime.engine_for(EngineKey(ref.key, "embed"))
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def start_host(tmp_path: Path, name: str, store_url: str, minilm, cache_url: str
     ref, engine = minilm
     runtime = Runtime(settings=settings, store=client.store, app=create_app(settings), models={ref.key: ref},
                       options=WorkerOptions(chunk_rows=ROWS_PER_SHARD, lease_s=30.0))
-    runtime.engines[(ref.key, "embed", None)] = engine
+    runtime.engines[EngineKey(ref.key, "embed")] = engine
     return Host(client, runtime, tmp_path / name)
 
 

@@ -227,7 +227,7 @@ def test_a_worker_whose_engine_stalled_reads_stalled_with_the_reason(served):
 def test_no_page_shows_a_secret(served):
     store, job_id = served["store"], served["owned"]
     event_secret_url = SECRET_URL
-    from jobs.store import OutboxEvent
+    from jobs.outbox import OutboxEvent
     from jobs.status import JobStatus
     store.finish_job(job_id, JobStatus.FAILED, error=f"could not read s3://AKIAOWNED:owned-s3-secret@corpus/a",
                      event=OutboxEvent(id="msg_dash1", type="job.failed", url=event_secret_url, body=b"{}"))
@@ -289,9 +289,10 @@ def test_a_workers_heartbeat_reports_its_engines_steps_and_its_clean_stop(store)
 
     from engine.step_stats import StepStats
     from queueing.heartbeat import Heartbeat
+    from queueing.runtime import EngineKey
     engine = _Engine()
     runtime = SimpleNamespace(store=store, worker_id="host-a:42", models={"SmolLM2-135M-Instruct": None},
-                              engines={("SmolLM2-135M-Instruct", "generate", None): engine})
+                              engines={EngineKey("SmolLM2-135M-Instruct", "generate"): engine})
     heartbeat = Heartbeat(runtime)
     heartbeat.beat()
     [observer] = engine.observers
@@ -307,7 +308,7 @@ def test_a_workers_heartbeat_reports_its_engines_steps_and_its_clean_stop(store)
 
 def test_the_job_page_stops_polling_once_nothing_can_change(served):
     from jobs.status import JobStatus
-    from jobs.store import OutboxEvent
+    from jobs.outbox import OutboxEvent
     store, http = served["store"], _app(served, operator=True)
     running, pending, quiet = served["owned"], served["unowned"], new_job(store)
     assert store.start_job(running, make_plans(1))

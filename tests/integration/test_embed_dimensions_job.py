@@ -32,7 +32,7 @@ from jobs.settings import Settings  # noqa: E402
 from queueing import planning  # noqa: E402
 from queueing.app import create_app  # noqa: E402
 from queueing.finalize import finalize_job  # noqa: E402
-from queueing.runtime import Runtime, WorkerOptions  # noqa: E402
+from queueing.runtime import EngineKey, Runtime, WorkerOptions  # noqa: E402
 from queueing.worker import run_shard  # noqa: E402
 from storage.manifest import read_results  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_each_line_of_an_openai_batch_gets_its_own_width(deployment, reference, 
     assert (made.num_completed, made.num_failed) == (len(LINES), 0)
     output = (tmp_path / "out" / OUTPUT_NAME).read_text().splitlines()
     lines = {line["custom_id"]: line for line in map(json.loads, output)}
-    engine = runtime.engine_for(resolve_model("minilm").key, "embed")
+    engine = runtime.engine_for(EngineKey(resolve_model("minilm").key, "embed"))
     for custom_id, (inputs, dimensions, encoding) in LINES.items():
         written = vectors_of(lines[custom_id])
         width = dimensions or 384

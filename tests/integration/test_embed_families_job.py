@@ -22,7 +22,7 @@ from jobs.models import model_mode, resolve_model  # noqa: E402
 from jobs.settings import Settings  # noqa: E402
 from queueing import planning  # noqa: E402
 from queueing.app import create_app  # noqa: E402
-from queueing.runtime import Runtime, WorkerOptions  # noqa: E402
+from queueing.runtime import EngineKey, Runtime, WorkerOptions  # noqa: E402
 from queueing.worker import run_shard  # noqa: E402
 from tests.support.random_embedders import save_random_llm_embedder, save_random_modernbert  # noqa: E402
 
@@ -70,7 +70,7 @@ def test_an_embed_job_writes_what_the_engine_gives(deployment, model_folder, tmp
     part = pq.read_table(tmp_path / "out" / shard.part["name"])
     assert part.column("error").to_pylist()[1] == "text is null"
     rows = [i for i, text in enumerate(TEXTS) if text is not None]
-    engine = runtime.engine_for(ref.key, "embed")
+    engine = runtime.engine_for(EngineKey(ref.key, "embed"))
     expected = engine.embed([TEXTS[i] for i in rows], **params)
     written = np.array([part.column("embedding").to_pylist()[i] for i in rows], dtype=np.float32)
     assert written.shape == (len(rows), 32)

@@ -26,7 +26,7 @@ from jobs.settings import Settings  # noqa: E402
 from queueing import planning  # noqa: E402
 from queueing.app import create_app  # noqa: E402
 from queueing.finalize import finalize_job  # noqa: E402
-from queueing.runtime import Runtime, WorkerOptions  # noqa: E402
+from queueing.runtime import EngineKey, Runtime, WorkerOptions  # noqa: E402
 from queueing.worker import run_shard  # noqa: E402
 from storage.manifest import read_manifest  # noqa: E402
 
@@ -74,9 +74,9 @@ def test_an_fp8_embed_job_records_its_check_in_the_report_and_the_manifest(deplo
     assert read_manifest(spec.output).stats["quant_check"] == check
     # the rows are the FP8 engine's; the baseline was dropped after the check
     key = resolve_model("minilm").key
-    assert set(runtime.engines) == {(key, "embed", "fp8")}
+    assert set(runtime.engines) == {EngineKey(key, "embed", "fp8")}
     written = np.array(pq.read_table(spec.output).column("embedding").to_pylist()[:4], dtype=np.float32)
-    np.testing.assert_allclose(written, runtime.engines[(key, "embed", "fp8")].embed(texts[:4]), atol=1e-6)
+    np.testing.assert_allclose(written, runtime.engines[EngineKey(key, "embed", "fp8")].embed(texts[:4]), atol=1e-6)
 
 
 def test_an_fp8_generate_job_records_greedy_agreement_and_perplexity(deployment, tmp_path):
@@ -176,4 +176,4 @@ def test_in_the_pipeline_an_fp8_job_and_a_16_bit_job_never_share_an_engine(deplo
         assert {q for q, call_job in calls if call_job == job_id} == {quantization}
     assert client.store.quant_check(jobs[None]) is None
     assert client.store.quant_check(jobs["fp8"])["num_rows"] == 16
-    assert set(runtime.engines) == {(key, "embed", None), (key, "embed", "fp8")}
+    assert set(runtime.engines) == {EngineKey(key, "embed"), EngineKey(key, "embed", "fp8")}

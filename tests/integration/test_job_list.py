@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from jobs import cli, tables
+from cli.main import main as barge
+from jobs import tables
 from jobs.job_list import JobList
 from jobs.status import JobStatus
 from tests.integration.test_store import commit, make_plans, new_job, postgres_url, store, store_url  # noqa: F401
@@ -124,17 +125,17 @@ def test_barge_jobs_prints_a_page_and_the_command_for_the_next(store, monkeypatc
     monkeypatch.setenv("BARGE_DATABASE_URL", store.url)
     expected = jobs_created_at(store, CREATED_AT)
     store.finish_job(expected[0], JobStatus.CANCELLED)
-    assert cli.main(["jobs", "--limit", "3"]) == 0
+    assert barge(["jobs", "--limit", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["JOB", "STATUS", "DONE", "FAILED", "TOTAL", "ROWS/S", "ETA", "OUTPUT"]
     assert [line.split()[:2] for line in lines[1:4]] == [[expected[0], "cancelled"], [expected[1], "queued"],
                                                           [expected[2], "queued"]]
     assert lines[4] == f"older jobs: barge jobs --limit 3 --before {expected[2]}"
-    assert cli.main(["jobs", "--limit", "3", "--before", expected[5]]) == 0
+    assert barge(["jobs", "--limit", "3", "--before", expected[5]]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[1:]] == [expected[6]]   # the last page says nothing more
-    assert cli.main(["jobs", "--status", "queued", "--limit", "5"]) == 0
+    assert barge(["jobs", "--status", "queued", "--limit", "5"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last == f"older jobs: barge jobs --limit 5 --status queued --before {expected[5]}"
-    assert cli.main(["jobs", "--before", "0" * 32]) == 1
+    assert barge(["jobs", "--before", "0" * 32]) == 1
     assert "no job" in capsys.readouterr().err

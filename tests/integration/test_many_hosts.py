@@ -69,7 +69,7 @@ def test_a_local_input_output_or_model_folder_is_refused_at_submit_naming_the_fi
 
 
 def _barge(argv: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *argv], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *argv], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "BARGE_DATA_DIR": str(tmp_path / "data"), **env}, timeout=120)
 
 

@@ -14,9 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs import cli
+from cli.main import main as barge
 from jobs.status import JobStatus
-from jobs.store import OutboxEvent, Store
+from jobs.outbox import OutboxEvent
+from jobs.store import Store
 from queueing.dispatch import Dispatcher
 from tests.integration.test_store import new_job, postgres_url, store, store_url  # noqa: F401 (fixtures)
 
@@ -89,15 +90,15 @@ def test_a_replayed_event_is_not_settled_any_more(store, events_in_every_state):
 
 def test_cli_prunes_with_older_than(store, events_in_every_state, monkeypatch, capsys):
     monkeypatch.setenv("BARGE_DATABASE_URL", store.url)
-    assert cli.main(["webhooks", "prune", "--older-than", "30d"]) == 0
+    assert barge(["webhooks", "prune", "--older-than", "30d"]) == 0
     assert "deleted 0 event(s)" in capsys.readouterr().out
-    assert cli.main(["webhooks", "prune", "--older-than", "0s", "--dry-run"]) == 0
+    assert barge(["webhooks", "prune", "--older-than", "0s", "--dry-run"]) == 0
     assert "would delete 3 event(s) and 4 attempt(s)" in capsys.readouterr().out
-    assert cli.main(["webhooks", "prune", "--older-than", "0"]) == 0
+    assert barge(["webhooks", "prune", "--older-than", "0"]) == 0
     assert "deleted 3 event(s) and 4 attempt(s)" in capsys.readouterr().out
     assert len(store.outbox.events()) == 4
     with pytest.raises(SystemExit):
-        cli.main(["webhooks", "prune", "--older-than", "a while"])
+        barge(["webhooks", "prune", "--older-than", "a while"])
 
 
 def test_a_dispatcher_prunes_when_a_retention_is_set(store, events_in_every_state, monkeypatch):

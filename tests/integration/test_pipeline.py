@@ -17,7 +17,7 @@ from jobs.settings import Settings
 from queueing import planning
 from queueing.app import create_app
 from queueing.pipeline import ShardPipeline
-from queueing.runtime import Runtime, WorkerOptions
+from queueing.runtime import EngineKey, Runtime, WorkerOptions
 from queueing.worker import ShardWork, begin_shard, run_shard
 
 NUM_ROWS, ROWS_PER_SHARD, CHUNK_ROWS = 300, 100, 64
@@ -30,8 +30,8 @@ class RecordingEngine:
         self.engine = engine
         self.calls: list[list[int]] = []
 
-    def encode(self, texts, **params):
-        return self.engine.encode(texts, **params)
+    def encode(self, texts, params):
+        return self.engine.encode(texts, params)
 
     @property
     def settings(self) -> dict:
@@ -47,8 +47,8 @@ def deployment(tmp_path):
     from jobs.models import resolve_model
     ref = resolve_model("minilm")
     runtime.models[ref.key] = ref
-    engine = RecordingEngine(runtime.engine_for(ref.key, "embed"))
-    runtime.engines[(ref.key, "embed", None)] = engine
+    engine = RecordingEngine(runtime.engine_for(EngineKey(ref.key, "embed")))
+    runtime.engines[EngineKey(ref.key, "embed")] = engine
     yield client, runtime, engine
     client.store.engine.dispose()
 
@@ -141,7 +141,8 @@ def generate_deployment(tmp_path):
                       options=WorkerOptions(chunk_rows=CHUNK_ROWS, lease_s=30.0))
     ref = resolve_model(str(folder))
     runtime.models[ref.key] = ref
-    runtime.engines[(ref.key, "generate", None)] = Engine.from_pretrained(folder, mode="generate", max_num_seqs=MAX_NUM_SEQS)
+    runtime.engines[EngineKey(ref.key, "generate")] = Engine.from_pretrained(folder, mode="generate",
+                                                                             max_num_seqs=MAX_NUM_SEQS)
     yield client, runtime, folder
     client.store.engine.dispose()
 
@@ -168,7 +169,7 @@ def test_generate_rows_of_many_shards_share_one_running_batch(generate_deploymen
 
     def step(self):   # which shards have requests in the running batch at each step
         running = {request.request_id for request in self.llm.scheduler.running}
-        running_shards.append({w.shard_index for rid, (w, _, _) in self._requests.items() if rid in running})
+        running_shards.append({w.shard_index for rid, (w, _) in self._requests.items() if rid in running})
         return real_step(self)
 
     def put(self, index, output):
@@ -191,9 +192,9 @@ def test_generate_rows_of_many_shards_share_one_running_batch(generate_deploymen
     # The same job through the synchronous path (an engine.generate call per shard,
     # which drains the batch at each shard's end) takes more steps for the same rows,
     # and writes the same rows: greedy output does not depend on the batch a row ran in.
-    from engine.generate.llm_engine import LLMEngine
-    sync_steps, real_llm_step = [], LLMEngine.step
-    monkeypatch.setattr(LLMEngine, "step", lambda self: sync_steps.append(1) or real_llm_step(self))
+    sync_steps = []
+    [engine] = runtime.engines.values()
+    engine.add_step_observer(lambda stats: sync_steps.append(1))
     other = submit_generate_job(client, runtime, tmp_path, folder, "sync")
     for shard_index in range(3):
         assert run_shard(runtime, other, shard_index).status == "committed"
@@ -228,5 +229,5 @@ def test_a_cancelled_generate_job_aborts_its_requests_mid_batch(generate_deploym
     assert [s.status for s in client.store.list_shards(job_id)] == [ShardStatus.CANCELLED] * 3
     assert len(steps) < 60, "it stopped stepping soon after the cancellation"
     llm = pipeline._feed.llm
-    assert pipeline._feed.num_requests == 0 and not llm.scheduler.has_unfinished_requests(), "requests aborted"
+    assert pipeline._feed.num_requests == 0 and not llm.has_unfinished_requests, "requests aborted"
     assert llm.block_manager.num_free_blocks == llm.block_manager.num_blocks, "their KV blocks freed"

@@ -14,7 +14,7 @@ from sqlalchemy import update
 
 from jobs import tables
 from jobs.beat import Beat
-from jobs.cli import main as barge
+from cli.main import main as barge
 from jobs.client import Client
 from jobs.settings import Settings
 from jobs.status import JobStatus

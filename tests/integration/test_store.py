@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from jobs.events import final_event
 from jobs.spec import JobSpec
 from jobs.status import InvalidTransition, JobStatus, ShardStatus
-from jobs.store import PARTIAL_OUTPUT_HOLD_S, OutboxEvent, Store
+from jobs.outbox import OutboxEvent
+from jobs.store import PARTIAL_OUTPUT_HOLD_S, Store
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 OUTPUT_SCHEMA = "encoded-schema"   # the store keeps it as opaque text

@@ -53,10 +53,10 @@ def test_a_job_nobody_serves_says_so_where_an_operator_looks(store, tmp_path):
     assert "beat 1200 s ago" in gone.describe(now)
 
     env = {**os.environ, "BARGE_DATABASE_URL": store.url, "BARGE_DATA_DIR": str(tmp_path / "data")}
-    status = subprocess.run([sys.executable, "-m", "jobs.cli", "status", orphan], cwd=REPO, env=env,
+    status = subprocess.run([sys.executable, "-m", "cli", "status", orphan], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=120)
     assert "waiting: no live worker serves model nobody-has-this" in status.stdout, status.stdout + status.stderr
-    status = subprocess.run([sys.executable, "-m", "jobs.cli", "status", served], cwd=REPO, env=env,
+    status = subprocess.run([sys.executable, "-m", "cli", "status", served], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=120)
     assert "waiting" not in status.stdout
 

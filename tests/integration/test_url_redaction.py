@@ -9,13 +9,13 @@ import io
 import json
 import logging
 
-from jobs import cli
+from cli.main import main as barge
 from jobs.events import final_event
 from jobs.retention import PruneReport
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
 from queueing.dispatch import deliver_event
-from queueing.logs import configure_logging
+from jobs.logs import configure_logging
 from tests.support.receiver import WebhookReceiver
 from webhooks.retry import RetryPolicy
 from webhooks.signing import generate_secret
@@ -40,7 +40,7 @@ def test_webhook_commands_and_status_hide_tokens_and_passwords(sqlite_store, mon
         printed = []
         for command in (["webhooks", "list"], ["webhooks", "show", event.id], ["webhooks", "endpoints"],
                         ["webhooks", "replay", event.id], ["status", job_id]):
-            cli.main(command)
+            barge(command)
             printed.append(capsys.readouterr())
     text = "".join(out.out + out.err for out in printed)
     assert f"127.0.0.1:{receiver.port}/***" in text and "s3://***@bucket/out/?***" in text
@@ -88,7 +88,7 @@ def test_the_cli_shows_hosts_but_no_token_path_nor_secret_metadata(sqlite_store,
     printed = {}
     for command in (["webhooks", "list"], ["webhooks", "list", "--job", job_id], ["webhooks", "show", event_id],
                     ["webhooks", "endpoints"], ["status", job_id], ["jobs"]):
-        assert cli.main(command) == 0
+        assert barge(command) == 0
         out = capsys.readouterr()
         printed[" ".join(command[:2])] = out.out + out.err
     text = "\n".join(printed.values())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import cli
+from cli.main import main as barge
 from jobs.events import final_event
 from jobs.spec import JobSpec
 from jobs.status import JobStatus
@@ -108,11 +108,11 @@ def test_410_stops_and_disables_the_endpoint_until_re_enabled(store, monkeypatch
         assert endpoint.url == receiver.url and endpoint.disabled_at is not None
 
         use_store_from_cli(monkeypatch, store)
-        assert cli.main(["webhooks", "endpoints"]) == 0
+        assert barge(["webhooks", "endpoints"]) == 0
         assert "disabled" in capsys.readouterr().out
-        assert cli.main(["webhooks", "replay", later_id]) == 1
+        assert barge(["webhooks", "replay", later_id]) == 1
         assert "barge webhooks enable" in capsys.readouterr().out
-        assert cli.main(["webhooks", "enable", receiver.url]) == 0
+        assert barge(["webhooks", "enable", receiver.url]) == 0
         assert "1 held event(s)" in capsys.readouterr().out
         assert deliver_until_settled(store, later_id) == "delivered"
         assert receiver.wait_for(2)[1][0]["webhook-id"] == later_id
@@ -201,13 +201,13 @@ def test_cli_lists_shows_and_replays_without_the_secret(store, monkeypatch, caps
         assert deliver_until_settled(store, event_id) == "delivered"
         job_id = store.outbox.event(event_id).job_id
         use_store_from_cli(monkeypatch, store)
-        assert cli.main(["webhooks", "list", "--job", job_id]) == 0
+        assert barge(["webhooks", "list", "--job", job_id]) == 0
         listed = capsys.readouterr().out
         assert event_id in listed and "delivered" in listed
-        assert cli.main(["webhooks", "show", event_id]) == 0
+        assert barge(["webhooks", "show", event_id]) == 0
         shown = capsys.readouterr().out
         assert "#1" in shown and "HTTP 500" in shown and "#2" in shown and '"team": "search"' in shown
-        assert cli.main(["webhooks", "replay", event_id]) == 0
+        assert barge(["webhooks", "replay", event_id]) == 0
         assert "delivered again" in capsys.readouterr().out
         requests = receiver.wait_for(3)
     assert [headers["webhook-id"] for headers, _ in requests] == [event_id] * 3

@@ -23,9 +23,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from jobs import cli
+from cli.main import main as barge
 from jobs.events import final_event
-from jobs.secret_admin import rotate_key
+from cli.secret import rotate_key
 from jobs.secret_box import KEY_ENV, SecretBox, SecretKeyError, generate_key
 from jobs.status import JobStatus
 from jobs.store import MIGRATIONS, Store
@@ -86,14 +86,14 @@ def test_a_postgresql_store_without_the_key_does_not_open(postgres_url, monkeypa
     with pytest.raises(SecretKeyError, match=f"{KEY_ENV} is not set"):
         Store(postgres_url)
     monkeypatch.setenv("BARGE_DATABASE_URL", postgres_url)
-    assert cli.main(["jobs"]) == 1
+    assert barge(["jobs"]) == 1
     assert f"{KEY_ENV} is not set" in capsys.readouterr().err
 
 
 def test_a_worker_on_postgresql_without_the_key_exits_before_serving(postgres_url, tmp_path):
     env = {key: value for key, value in os.environ.items() if key != KEY_ENV}
     env.update(BARGE_DATABASE_URL=postgres_url, BARGE_DATA_DIR=str(tmp_path), PYTHONPATH=str(REPO))
-    worker = subprocess.run([sys.executable, "-m", "jobs.cli", "worker", "--model", "minilm"], env=env, cwd=REPO,
+    worker = subprocess.run([sys.executable, "-m", "cli", "worker", "--model", "minilm"], env=env, cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert worker.returncode == 1
     assert f"{KEY_ENV} is not set" in worker.stderr and " ready." not in worker.stdout + worker.stderr
@@ -138,7 +138,7 @@ def test_rotate_key_moves_every_secret_to_the_new_key(store_url, monkeypatch, ca
     # Given every process on "NEW,OLD", when rotate-key runs,
     monkeypatch.setenv(KEY_ENV, f"{new},{old}")
     monkeypatch.setenv("BARGE_DATABASE_URL", store_url)
-    assert cli.main(["secrets", "rotate-key"]) == 0
+    assert barge(["secrets", "rotate-key"]) == 0
     assert "re-encrypted 3 stored webhook secret(s)" in capsys.readouterr().out
     # then the new key alone reads every secret, and the old one none.
     after = open_store(store_url, new)

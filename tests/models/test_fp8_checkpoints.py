@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from engine import Engine, SamplingParams  # noqa: E402
 from engine.layers.fp8_linear import Fp8Linear  # noqa: E402
-from jobs.cli import main  # noqa: E402
+from cli.main import main  # noqa: E402
 from tests.support.random_decoders import save_random_decoder  # noqa: E402
 
 ENGINE_OPTIONS = dict(num_blocks=64, block_size=4, max_num_batched_tokens=32)

@@ -200,7 +200,7 @@ def _wait_final(client, jobs: list[SoakJob], deadline: float, log) -> None:
 
 def _progress(client, job_id: str):
     """The job's progress, or None while the database is away."""
-    from queueing.transient import is_transient
+    from jobs.transient import is_transient
     try:
         return client.store.progress(job_id)
     except Exception as error:
@@ -212,7 +212,7 @@ def _progress(client, job_id: str):
 def retrying_transient(action, timeout_s: float = 120.0):
     """action(), tried again while it fails for a reason that passes (the database restarting:
     the soak's own, or another test's on this shared machine)."""
-    from queueing.transient import is_transient
+    from jobs.transient import is_transient
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -243,7 +243,7 @@ def _stop_and_delete_model_queue(deployment) -> None:
     from jobs.models import resolve_model
     from jobs.settings import Settings
     from queueing.app import create_app
-    from queueing.routing import model_queue, queue_name
+    from jobs.messaging import model_queue, queue_name
     deployment.stop_workers()
     env = deployment.env
     settings = Settings.from_env(env)

@@ -1,6 +1,6 @@
 """A real Barge deployment for end-to-end tests: settings for one backend (embedded,
 PostgreSQL + RabbitMQ, PostgreSQL + Redis) and worker processes started with
-`python -m jobs.cli worker`, exactly as a user starts them."""
+`python -m cli worker`, exactly as a user starts them."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Stack:
         log = open(log_path, "wb")
         env = {**os.environ, **self.env, **(env or {})}
         metrics = ["--metrics-port", str(metrics_port)] if metrics_port is not None else []
-        process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", model, *metrics],
+        process = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--model", model, *metrics],
                                    env=env, stdout=log, stderr=subprocess.STDOUT)
         process.log_path = log_path
         self.workers.append(process)
@@ -89,7 +89,7 @@ class Stack:
 
     def create_api_key(self, name: str, *, operator: bool = False) -> str:
         """A new API key, made with `barge api-key create` as an operator does."""
-        done = subprocess.run([sys.executable, "-m", "jobs.cli", "api-key", "create", "--name", name,
+        done = subprocess.run([sys.executable, "-m", "cli", "api-key", "create", "--name", name,
                                *(["--operator"] if operator else [])],
                               env={**os.environ, **self.env}, capture_output=True, text=True, check=True)
         return done.stdout.strip().splitlines()[-1]
@@ -156,7 +156,7 @@ def _admin_sql(statement: str) -> None:
 def _delete_queues(env: dict[str, str]) -> None:
     from jobs.settings import Settings
     from queueing.app import create_app
-    from queueing.routing import CONTROL_QUEUE, model_queue, queue_name
+    from jobs.messaging import CONTROL_QUEUE, model_queue, queue_name
     settings = Settings.from_env(env)
     with create_app(settings).connection_for_write() as conn:
         for queue in (CONTROL_QUEUE, model_queue("all-MiniLM-L6-v2")):

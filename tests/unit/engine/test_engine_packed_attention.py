@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.batching import attention_groups
+from engine.embed.batching import attention_groups
 from engine.layers import attention
 from engine.kernels import cpu_ops
 from engine.layers.attention import band_masks, packed_attention, sliding_window, varlen_attention

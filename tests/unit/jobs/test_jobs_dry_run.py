@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import _parser, main, submitted_spec
+from cli.job import submitted_spec
+from cli.main import _parser, main
 from jobs.spec import JobSpec, JobSpecError
 from jobs.validate import check_ids, inspect_job_input
 

@@ -9,7 +9,7 @@ import pytest
 from jobs.cache_keys import model_identity
 from jobs.hub_models import HubId, HubSnapshot, is_hub_key, parse_hub_id, queue_key, select_files
 from jobs.models import ModelRef, resolve_model
-from queueing.routing import model_queue
+from jobs.messaging import model_queue
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

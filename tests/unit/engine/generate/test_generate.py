@@ -124,12 +124,23 @@ def test_requests_can_be_streamed_in_and_aborted_between_steps(engine):
     second = llm.add_request(prompts[1], GREEDY)
     doomed = llm.add_request(prompts[2], SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True))
     llm.step()
+    assert llm.num_unfinished_requests == 3
     llm.abort(doomed)
-    finished = []
-    while llm.scheduler.has_unfinished_requests():
-        finished += llm.step()
-    assert {r.request_id for r in finished} == {first.request_id, second.request_id}
-    assert llm.to_output(first).token_ids == engine.generate([prompts[0]], GREEDY)[0].token_ids
-    aborted = llm.to_output(doomed)
-    assert aborted.finish_reason == "abort" and 0 < aborted.num_output_tokens < 50
+    llm.abort(doomed)          # an id that has ended is ignored
+    finished = {}
+    while llm.has_unfinished_requests:
+        finished.update((done.request_id, done.output) for done in llm.step())
+    assert set(finished) == {first, second}, "an aborted request is never returned"
+    assert finished[first].token_ids == engine.generate([prompts[0]], GREEDY)[0].token_ids
+    assert finished[second].finish_reason == "length" and llm.num_unfinished_requests == 0
     assert llm.block_manager.num_free_blocks == llm.block_manager.num_blocks
+
+
+def test_a_prompt_that_cannot_run_gets_no_request_id(engine):
+    llm = engine.llm
+    assert llm.add_requests(["", [1, 2]], GREEDY)[0] == "prompt is empty"
+    while llm.has_unfinished_requests:
+        llm.step()
+    with pytest.raises(ValueError, match="top_k"):
+        llm.add_request([1, 2], SamplingParams(top_k=10**9))
+    assert llm.num_unfinished_requests == 0

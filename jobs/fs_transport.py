@@ -15,7 +15,7 @@ turn into a kombu message is moved into `bad/` with a log line, never raised. It
 work is not lost: queueing.housekeeping sends a shard whose message was never
 claimed again after BARGE_REQUEUE_AFTER_S, like any lost message.
 
-Registered as the transport of `filesystem://` URLs in queueing.app.
+Registered as the transport of `filesystem://` URLs in jobs.messaging.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""`barge workers` lines (jobs.worker_list): each engine's slot and device figures."""
+"""`barge workers` lines (cli.worker): each engine's slot and device figures."""
 
 from jobs.worker_beats import EngineBeat, WorkerBeat
-from jobs.worker_list import worker_lines
+from cli.worker import worker_lines
 
 GIB = 1024 ** 3
 

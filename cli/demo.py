@@ -13,6 +13,7 @@ out, whatever happens.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -30,6 +31,17 @@ from jobs.settings import Settings
 WORKER_STOP_GRACE_S = 5.0
 WEBHOOK_WAIT_S = 60.0
 LOG_TAIL_LINES = 30
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    demo = commands.add_parser("demo", help="run a demo embedding job end to end on this machine")
+    demo.add_argument("--rows", type=int, default=10_000)
+    demo.add_argument("--model", default="minilm")
+    demo.set_defaults(func=_demo)
+
+
+def _demo(args) -> int:
+    return run_demo(num_rows=args.rows, model=args.model)
 
 
 @dataclass(frozen=True)
@@ -148,7 +160,7 @@ class WorkerProcess:
         with open(self.log_path, "wb") as log:
             # Its own session: a Ctrl-C at the terminal reaches the demo, which stops the
             # worker itself (and waits for it), instead of both racing to shut down.
-            self.process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--model", self.model],
+            self.process = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--model", self.model],
                                             env=env, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
         return self

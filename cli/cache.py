@@ -12,7 +12,7 @@ from jobs.client import Client
 from jobs.hosts import check_setting
 
 
-def add_cache_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction) -> None:
     cache = commands.add_parser("cache", help="the results cache of incremental jobs: move it where every host reads")
     actions = cache.add_subparsers(required=True, metavar="ACTION")
     move = actions.add_parser("move", help="move this host's cache files to a URL every host reads, "

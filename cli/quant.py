@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 SCHEMES = ["fp8", "fp8-block", "fp8-group"]
 
 
-def add_quant_commands(commands) -> None:
+def add_commands(commands: argparse._SubParsersAction) -> None:
     quantize = commands.add_parser("quantize", help="write an FP8 copy of a model folder (workers load half the bytes)")
     quantize.add_argument("source", help="Hugging Face model folder (config.json + safetensors)")
     quantize.add_argument("destination", help="new folder for the FP8 checkpoint")

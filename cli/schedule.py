@@ -21,7 +21,7 @@ from storage.redaction import redact_text
 DAY_S = 86_400.0
 
 
-def add_schedule_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction) -> None:
     schedule = commands.add_parser("schedule", help="recurring jobs: add, list, pause, resume, run-now, remove, prune")
     actions = schedule.add_subparsers(required=True, metavar="ACTION")
     _add_parser(actions)
@@ -154,7 +154,7 @@ def _prune(args) -> int:
 
 def _beat(args) -> int:
     from jobs.beat import Beat, clock_from_env
-    from queueing.logs import configure_logging   # the worker's handler: every line through storage.redaction
+    from jobs.logs import configure_logging   # the worker's handler: every line through storage.redaction
     configure_logging(args.loglevel)
     client = _client()
     check_templates(client)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from engine.batching import AttentionGroup, attention_groups, cu_seqlens, pack, plan_batches
+from engine.embed.batching import AttentionGroup, attention_groups, cu_seqlens, pack, plan_batches
 
 
 @pytest.mark.parametrize("lengths, budget, expected", [

@@ -1,4 +1,4 @@
-"""Worker logs (queueing.logs): JSON lines with the job and shard, secrets redacted.
+"""Worker logs (jobs.logs): JSON lines with the job and shard, secrets redacted.
 
 Given a logger configured the way `barge worker` configures it, when code logs, then
 what reaches the stream is one JSON object per line, and no secret survives."""
@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from queueing.logs import configure_logging, log_context, redact
+from jobs.logs import configure_logging, log_context, redact
 
 SECRET = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQ="
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"

@@ -20,7 +20,7 @@ from jobs.settings import Settings
 from jobs.store import Store
 
 
-def add_secret_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction) -> None:
     secrets = commands.add_parser("secrets", help="the key webhook secrets are stored under")
     actions = secrets.add_subparsers(required=True, metavar="ACTION")
     generate = actions.add_parser("generate-key", help=f"print a new key for {KEY_ENV}")

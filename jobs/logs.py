@@ -1,5 +1,6 @@
-"""Worker logs: JSON lines when stderr is not a terminal, the job and shard on every
-line logged while a shard runs, and secrets redacted before anything is written.
+"""Barge's logs (a worker's, `barge beat`'s, `barge serve`'s): JSON lines when stderr is
+not a terminal, the job and shard on every line logged while a shard runs, and secrets
+redacted before anything is written.
 
     with log_context(job_id=job_id, shard_id=shard_index):
         log.info("...")     # {"ts": ..., "level": "INFO", ..., "job_id": "...", "shard_id": 3}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.config import EncoderConfig, is_embedding_folder, load_encoder_config
+from engine.embed.config import EncoderConfig, is_embedding_folder, load_encoder_config
 from engine.models.modernbert import modernbert_config_from_hf
 
 QWEN3 = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 512, "hidden_size": 64,

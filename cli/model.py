@@ -10,13 +10,14 @@ that cannot be loaded from here, e.g. a submit's configs without the weights).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from jobs.hub_models import HubId, select_files
 
 
-def add_model_commands(commands) -> None:
+def add_commands(commands: argparse._SubParsersAction) -> None:
     models = commands.add_parser("models", help="pull Hub models into the cache; list cached and registered models")
     actions = models.add_subparsers(required=True, metavar="ACTION")
     pull = actions.add_parser("pull", help="fetch models (org/name[@revision][:quant]) into the Hub cache")

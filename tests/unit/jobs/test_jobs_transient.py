@@ -11,8 +11,8 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from sqlalchemy import exc as sa_exc
 
-from queueing import failpoints
-from queueing.transient import is_transient, retrying
+from jobs import failpoints
+from jobs.transient import is_transient, retrying
 from storage.errors import InputError, OutputError
 
 

@@ -1,7 +1,7 @@
 """Embedder: the embed mode — tokenize ahead, pack by length, encode, pool, back in input order.
 
 NOTE: on a GPU the host must stay ahead of the device. Tokenization runs on a pool of
-threads ahead of the model (engine.tokenizer.tokenize_ahead, bounded); each batch is
+threads ahead of the model (engine.embed.tokenizer.tokenize_ahead, bounded); each batch is
 packed on the host into pinned memory and copied with non_blocking; its pooled vectors
 come back into pinned memory the same way, behind an event; and batch i's vectors are
 waited for only after batch i + 1 has been launched, so the one sync per batch
@@ -25,8 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.batching import pack, plan_batches
-from engine.config import EncoderConfig, load_encoder_config
+from engine.embed.batching import pack, plan_batches
+from engine.embed.config import EncoderConfig, load_encoder_config
+from engine.embed.outputs import EmbeddingOutput
+from engine.embed.params import EmbedParams
+from engine.embed.tokenizer import Tokenizer, tokenize_ahead
 from engine.layers.pooling import finish, pool
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers import linear
@@ -34,13 +37,10 @@ from engine.layers.packed_linear import HAS_BF16_PACKING, pack_linears
 from engine.loader.safetensors import assign_weights, read_weights, weight_files
 from engine.models.families import MODEL_TYPES
 from engine.oom import OOM_ROW_ERROR, OomGuard
-from engine.outputs import EmbeddingOutput
-from engine.params import EmbedParams
 from engine.quant.checkpoint import load_fp8_state
 from engine.quant.config import fp8_config_of_folder
 from engine.settings import model_settings
 from engine.step_stats import StepObserver, StepStats, notify
-from engine.tokenizer import Tokenizer, tokenize_ahead
 
 # Rows are tokenized in chunks on a background thread while the model runs the chunk
 # before. The first chunk is small so the model starts early; later ones are large so

@@ -1,4 +1,6 @@
-"""Per-call parameters of the embed mode, validated in one place."""
+"""EmbedParams: what a caller chooses per embed call, checked in one place.
+
+Torch-free: the worker builds it from a job's params (queueing.inference) without the model."""
 
 from __future__ import annotations
 
@@ -21,13 +23,12 @@ class EmbedParams:
                                     # "Instruct: {task}\nQuery:" for queries (sentence-transformers' prompt=)
     prompt_name: str | None = None  # or one of the model's named prompts (config_sentence_transformers.json)
 
-    def check(self, embedding_dim: int) -> None:
-        """ValueError naming the bad value; `embedding_dim` is the model's hidden size."""
+    def __post_init__(self) -> None:
+        """Everything but the width's upper bound, which needs the model (check)."""
         dimensions = self.dimensions
         if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
-                                       or not 0 < dimensions <= embedding_dim):
-            raise ValueError(f"dimensions must be an int in 1..{embedding_dim} (the model's hidden size), "
-                             f"got {dimensions!r}")
+                                       or dimensions < 1):
+            raise ValueError(f"dimensions must be a positive int or None, got {dimensions!r}")
         for name in ("normalize", "truncate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -36,6 +37,12 @@ class EmbedParams:
                 raise ValueError(f"{name} must be a string or None, got {getattr(self, name)!r}")
         if self.output_dtype not in OUTPUT_DTYPES:
             raise ValueError(f"output_dtype must be one of {tuple(OUTPUT_DTYPES)}, got {self.output_dtype!r}")
+
+    def check(self, embedding_dim: int) -> None:
+        """ValueError naming `dimensions` when it is wider than the model's `embedding_dim` (its hidden size)."""
+        if self.dimensions is not None and self.dimensions > embedding_dim:
+            raise ValueError(f"dimensions must be an int in 1..{embedding_dim} (the model's hidden size), "
+                             f"got {self.dimensions!r}")
 
     @property
     def numpy_dtype(self) -> type:
