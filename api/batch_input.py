@@ -6,7 +6,8 @@ that breaks a rule is refused as OpenAI refuses it: the batch is `failed` with o
 per bad line ({code, message, param, line}, physical lines counted from 1), and no job
 is made. A good file becomes `BatchRequests`: one row per prompt or embedding input (a
 line may hold several: a list `input` or `prompt`), the Barge params they share, and
-what formatting each line asks for.
+what formatting each line asks for. A /v1/rerank or /v1/score line holds (query,
+document) pairs (api.score_input), one row each, run as a job in mode "score".
 
 NOTE: a Barge job has one model, so every line of a batch must ask for the same one
 (as OpenAI requires). Everything else is the line's own, as each line is its own request
@@ -14,7 +15,8 @@ to OpenAI: each row carries its line's params as JSON in the job's input (the jo
 `params_column`, jobs.row_params). Sampling params (max_tokens, temperature, seed, stop,
 response_format) run side by side in the engine's batches; an embeddings line's
 `dimensions` gives its rows their own width (the job's embedding column is then a list
-as long as each row's, storage.schemas).
+as long as each row's, storage.schemas). A score job's rows share its params: the
+columns holding each pair's query and document.
 """
 
 from __future__ import annotations
@@ -22,20 +24,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from api.json_lines import NotJson, cut, json_type, load_line, physical_lines, shown
+from api.score_input import RERANK, SCORE, BadPairs, ScorePairs, score_pairs
 from engine.generate.structured import from_response_format
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 EMBEDDINGS = "/v1/embeddings"
-ENDPOINTS = (CHAT, COMPLETIONS, EMBEDDINGS)
-ENDPOINT_MODES = {CHAT: "generate", COMPLETIONS: "generate", EMBEDDINGS: "embed"}
+ENDPOINTS = (CHAT, COMPLETIONS, EMBEDDINGS, RERANK, SCORE)
+ENDPOINT_MODES = {CHAT: "generate", COMPLETIONS: "generate", EMBEDDINGS: "embed", RERANK: "score", SCORE: "score"}
+SCORE_ENDPOINTS = (RERANK, SCORE)
 
 MAX_REQUESTS = 50_000          # lines per file, as OpenAI
 MAX_TOP_LOGPROBS = {"/v1/chat/completions": 20, "/v1/completions": 5}   # as OpenAI
 MAX_EMBEDDING_INPUTS = 50_000  # inputs over all lines of an embeddings batch, as OpenAI
 DEFAULT_MAX_TOKENS = 1024      # OpenAI's default is "until the context is full"; a batch needs a bound
 ROLES = ("system", "developer", "user", "assistant")
+MAX_SCORE_PAIRS = 1_000_000    # (query, document) pairs over all lines of a rerank or score batch
 PARAMS_COLUMN = "params"       # a batch's input column of per-row params (jobs.row_params)
+DOCUMENT_COLUMN = "document"   # a score batch's input column of each pair's document; its query is the input
+PAIR_COLUMN_PARAMS = {"query_column": "input", "document_column": DOCUMENT_COLUMN}
 
 # Body fields each endpoint takes, beyond model and its prompt; any other is refused by
 # name rather than ignored (a silently ignored `logprobs` would be a wrong answer).
@@ -45,6 +52,8 @@ ACCEPTED_FIELDS = {
            *SAMPLING_FIELDS},
     COMPLETIONS: {"model", "prompt", "user", "stream", "logprobs", *SAMPLING_FIELDS},
     EMBEDDINGS: {"model", "input", "dimensions", "encoding_format", "user"},
+    RERANK: {"model", "query", "documents", "top_n", "return_documents"},
+    SCORE: {"model", "text_1", "text_2"},
 }
 
 
@@ -67,12 +76,17 @@ class BatchRequests:
 
     endpoint: str
     model: str
-    params: dict                                   # the job's params: its params_column (and logprobs: 0)
+    params: dict                                   # the job's params: its params_column (and logprobs: 0);
+                                                   # a score job's: PAIR_COLUMN_PARAMS
     custom_ids: list[str] = field(default_factory=list)       # line index -> custom_id
     encodings: list[str] = field(default_factory=list)        # line index -> "float" | "base64" (embeddings)
+    top_ns: list[int | None] = field(default_factory=list)    # line index -> rerank's top_n (None: all)
+    return_documents: list[bool] = field(default_factory=list)  # line index -> rerank's results carry documents
     row_lines: list[int] = field(default_factory=list)        # row -> line index (0-based)
     row_items: list[int] = field(default_factory=list)        # row -> position in its line's input list
-    row_inputs: list = field(default_factory=list)            # row -> prompt text, messages, or text to embed
+    row_inputs: list = field(default_factory=list)            # row -> prompt text, messages, text to embed,
+                                                              # or a pair's query (rerank, score)
+    row_documents: list[str] = field(default_factory=list)    # row -> its pair's document (rerank, score only)
     row_params: list[dict] = field(default_factory=list)      # row -> its line's params (sampling; embed: dimensions)
 
     @property
@@ -86,10 +100,11 @@ class _Refused(Exception):
         self.error = LineError(code, message, param=param)
 
 
-def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str],
+def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str | tuple[str, ...]],
                 embedding_widths: dict[str, int] | None = None) -> BatchRequests | list[LineError]:
     """The file's requests, or every error found (each naming its line).
-    `known_models`: model name -> the mode it serves ("generate", "embed", ...);
+    `known_models`: model name -> the modes it serves (jobs.models.model_modes: an embed
+    or generate model also scores pairs), or its one mode ("generate", "embed", ...);
     `embedding_widths`: embed model name -> its vector length, the most `dimensions` a
     line may ask (a model not named there is held to it when its rows run)."""
     try:
@@ -122,6 +137,9 @@ def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str],
     if endpoint == EMBEDDINGS and len(batch.row_inputs) > MAX_EMBEDDING_INPUTS:
         return [LineError("too_many_inputs", f"the batch has {len(batch.row_inputs)} embedding inputs; at most "
                                              f"{MAX_EMBEDDING_INPUTS}")]
+    if endpoint in SCORE_ENDPOINTS and len(batch.row_inputs) > MAX_SCORE_PAIRS:
+        return [LineError("too_many_inputs", f"the batch has {len(batch.row_inputs)} (query, document) pairs; at "
+                                             f"most {MAX_SCORE_PAIRS}")]
     return _with_logprobs_column(batch)
 
 
@@ -159,7 +177,7 @@ def _parse_line(line: str, endpoint: str) -> dict:
     return request
 
 
-def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, known_models: dict[str, str],
+def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, known_models: dict,
                  embedding_widths: dict[str, int]) -> BatchRequests:
     body = request["body"]
     unknown = sorted(set(body) - ACCEPTED_FIELDS[endpoint])
@@ -167,36 +185,53 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
         raise _Refused("unsupported_parameter", f"{_names(unknown)} {'is' if len(unknown) == 1 else 'are'} not "
                                                 f"supported by this server for {endpoint}", f"body.{cut(unknown[0])}")
     model = _model(body, endpoint, known_models)
-    params = (_embedding_params(body, embedding_widths.get(model)) if endpoint == EMBEDDINGS
-              else _sampling_params(body, endpoint))
-    inputs = _inputs(body, endpoint)
+    pairs = _pairs(body, endpoint) if endpoint in SCORE_ENDPOINTS else None
+    if pairs is not None:   # a score job's rows share its params (PAIR_COLUMN_PARAMS)
+        params, inputs = {}, pairs.queries
+    else:
+        params = (_embedding_params(body, embedding_widths.get(model)) if endpoint == EMBEDDINGS
+                  else _sampling_params(body, endpoint))
+        inputs = _inputs(body, endpoint)
     if batch is None:
-        batch = BatchRequests(endpoint=endpoint, model=model, params={"params_column": PARAMS_COLUMN})
+        batch = BatchRequests(endpoint=endpoint, model=model, params=(
+            dict(PAIR_COLUMN_PARAMS) if pairs is not None else {"params_column": PARAMS_COLUMN}))
     elif model != batch.model:
         raise _Refused("mismatched_model", f"the model {shown(model)} differs from the batch's {batch.model!r}; "
                                            "a batch takes one model", "body.model")
     line_index = batch.num_lines
     batch.custom_ids.append(request["custom_id"])
     batch.encodings.append(body.get("encoding_format", "float"))
+    batch.top_ns.append(pairs.top_n if pairs is not None else None)
+    batch.return_documents.append(pairs is not None and pairs.return_documents)
     for item, value in enumerate(inputs):
         batch.row_lines.append(line_index)
         batch.row_items.append(item)
         batch.row_inputs.append(value)
         batch.row_params.append(params)
+    if pairs is not None:
+        batch.row_documents.extend(pairs.documents)
     return batch
 
 
-def _model(body: dict, endpoint: str, known_models: dict[str, str]) -> str:
+def _pairs(body: dict, endpoint: str) -> ScorePairs:
+    try:
+        return score_pairs(body, endpoint)
+    except BadPairs as refused:
+        raise _Refused(refused.code, refused.message, refused.param) from None
+
+
+def _model(body: dict, endpoint: str, known_models: dict) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _Refused("missing_required_parameter", "the body has no model", "body.model")
-    mode = known_models.get(model)
-    if mode is None:
+    served = known_models.get(model)
+    if served is None:
         raise _Refused("model_not_found", f"the model {shown(model)} does not exist; this server serves "
                                           f"{', '.join(sorted(known_models)) or 'none'}", "body.model")
-    if mode != ENDPOINT_MODES[endpoint]:
-        raise _Refused("model_not_found", f"the model {shown(model)} is a model for {mode}, not for {endpoint}",
-                       "body.model")
+    modes = (served,) if isinstance(served, str) else served
+    if ENDPOINT_MODES[endpoint] not in modes:
+        raise _Refused("model_not_found", f"the model {shown(model)} is a model for {' and '.join(modes)}, not for "
+                                          f"{endpoint}", "body.model")
     return model
 
 

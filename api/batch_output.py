@@ -4,11 +4,11 @@ Each input line gets exactly one output line, in input order: in the output file
 all of its rows succeeded ({"id", "custom_id", "response": {"status_code": 200,
 "request_id", "body"}, "error": null}, the body shaped as the synchronous endpoint
 answers, usage included), else in the error file: a row the engine refused (too long,
-empty) as the endpoint's 400 answer, a line the job never ran (cancelled, expired,
-failed) with `error` {code, message} and no response. A failed job's reason (its error,
-redacted by the caller) is the batch's `errors` whole (`job_errors`) and, cut short, the
-message of every line it left unrun: a reader of either file sees why, not only
-`barge status`.
+empty; a pair it could not score, named) as the endpoint's 400 answer, a line the job
+never ran (cancelled, expired, failed) with `error` {code, message} and no response. A
+failed job's reason (its error, redacted by the caller) is the batch's `errors` whole
+(`job_errors`) and, cut short, the message of every line it left unrun: a reader of
+either file sees why, not only `barge status`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import base64
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from api.batch_input import CHAT, COMPLETIONS, EMBEDDINGS
+from api.batch_input import CHAT, COMPLETIONS, EMBEDDINGS, SCORE_ENDPOINTS
+from api.score_input import RERANK
 
 # Why a line has no result when its job ended before reaching it.
 UNFINISHED = {
@@ -42,6 +43,9 @@ class RequestRows:
     encodings: list[str]               # line -> "float" | "base64"
     row_lines: list[int]               # row (the job's row_index) -> line
     row_items: list[int]               # row -> position in its line's input list
+    top_ns: list[int | None] = field(default_factory=list)       # line -> rerank's top_n (None: all results)
+    return_documents: list[bool] = field(default_factory=list)   # line -> rerank's results carry their document
+    row_documents: list[str] = field(default_factory=list)       # row -> its pair's document (rerank, score)
 
 
 @dataclass(frozen=True)
@@ -70,10 +74,12 @@ def batch_output(endpoint: str, model: str, requests: RequestRows, results: list
         if any(result is None for result in line_results):
             errors.append(_line(custom_id, None, unrun_error(ended, reason)))
         elif any(result["error"] for result in line_results):
-            failed = next(result["error"] for result in line_results if result["error"])
-            errors.append(_line(custom_id, _response(400, {"error": _error_body(failed)}), None))
+            failed = next(item for item, result in enumerate(line_results) if result["error"])
+            message = _row_error(endpoint, failed, line_results[failed]["error"])
+            errors.append(_line(custom_id, _response(400, {"error": _error_body(message)}), None))
         else:
-            body = _body(endpoint, model, line_results, requests.encodings[line])
+            body = (_score_body(endpoint, model, line_results, requests, line, rows) if endpoint in SCORE_ENDPOINTS
+                    else _body(endpoint, model, line_results, requests.encodings[line]))
             output.append(_line(custom_id, _response(200, body), None))
             input_tokens += body["usage"]["prompt_tokens"]
             output_tokens += body["usage"].get("completion_tokens", 0)
@@ -108,6 +114,33 @@ def _response(status_code: int, body: dict) -> dict:
 
 def _error_body(message: str) -> dict:
     return {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+
+
+def _row_error(endpoint: str, item: int, error: str) -> str:
+    """A line fails with its first failed row; a rerank or score line says which pair (its result index)."""
+    if endpoint == RERANK:
+        return f"documents[{item}]: {error}"
+    return f"pair {item}: {error}" if endpoint in SCORE_ENDPOINTS else error
+
+
+def _score_body(endpoint: str, model: str, results: list[dict], requests: RequestRows, line: int,
+                rows: list[int]) -> dict:
+    """vLLM's /v1/rerank and /v1/score answers; `results` are the line's pairs in input order,
+    so result i is documents[i] (rerank) or pair i (score)."""
+    num_tokens = sum(result["num_tokens"] for result in results)
+    if endpoint == RERANK:
+        # best first; equal scores keep their input order (sorted is stable)
+        ranked = sorted(range(len(results)), key=lambda index: -results[index]["score"])[:requests.top_ns[line]]
+        with_documents = requests.return_documents[line]
+        return {"id": f"rerank-{uuid.uuid4().hex}", "model": model,
+                "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
+                "results": [{"index": index, "relevance_score": results[index]["score"],
+                             **({"document": {"text": requests.row_documents[rows[index]]}} if with_documents else {})}
+                            for index in ranked]}
+    return {"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "model": model,
+            "data": [{"index": index, "object": "score", "score": result["score"]}
+                     for index, result in enumerate(results)],
+            "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens, "completion_tokens": 0}}
 
 
 def _body(endpoint: str, model: str, results: list[dict], encoding: str) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 
-from api.batch_input import ENDPOINT_MODES, BatchRequests, LineError, parse_batch
+from api.batch_input import ENDPOINT_MODES, SCORE_ENDPOINTS, BatchRequests, LineError, parse_batch
 from api.json_lines import NotJson, load_line, physical_lines, shown
 from api.batch_output import BatchOutput, batch_output
 from api.batch_store import read_requests, write_requests
@@ -49,7 +49,9 @@ def check_jsonl(source: str) -> BatchRequests:
 
 def describe_requests(parsed: BatchRequests) -> str:
     """What `barge submit --dry-run` shows for an OpenAI batch file."""
-    distinct = {json.dumps(params, sort_keys=True) for params in parsed.row_params}
+    # a score job's rows have no params of their own (api.batch_input.PAIR_COLUMN_PARAMS)
+    distinct = {json.dumps(params, sort_keys=True) for params in parsed.row_params
+                if parsed.endpoint not in SCORE_ENDPOINTS}
     per_row = f" ({len(distinct)} distinct sets of per-line params)" if distinct else ""
     return (f"{parsed.num_lines} requests ({len(parsed.row_inputs)} rows) to {parsed.endpoint}; the job: mode "
             f"{ENDPOINT_MODES[parsed.endpoint]}, model {parsed.model!r}, params {parsed.params}{per_row}")

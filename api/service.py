@@ -22,7 +22,7 @@ from api.upload import checked_chunks
 from jobs.api_batches import ApiBatches, BatchRecord, is_batch_id, new_batch_id, owes_partial_manifest
 from jobs.api_files import ApiFiles, FileRecord
 from jobs.client import Client
-from jobs.models import embedding_width, is_model, model_mode, registered_models
+from jobs.models import embedding_width, is_model, model_modes, registered_models
 from jobs.records import JobProgress
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
@@ -221,23 +221,24 @@ def _job_rows(output: str, status: JobStatus) -> list[dict]:
         return []
 
 
-def served_models() -> dict[str, str]:
-    """Registered model name -> the mode it serves; a model path is never taken from a request."""
+def served_models() -> dict[str, tuple[str, ...]]:
+    """Registered model name -> the modes it serves (jobs.models.model_modes: an embed or
+    generate model also scores pairs); a model path is never taken from a request."""
     known = {}
     for name, path in registered_models().items():
         if not is_model(path):   # not there on this machine (yet): not served (model_mode knows a .gguf by name)
             continue
         try:
-            known[name] = model_mode(path)
+            known[name] = model_modes(path)
         except (OSError, ValueError):   # an unreadable config.json: not served
             continue
     return known
 
 
-def served_widths(known_models: dict[str, str]) -> dict[str, int]:
+def served_widths(known_models: dict[str, tuple[str, ...]]) -> dict[str, int]:
     """Served embed model name -> its vector length, the most `dimensions` a line may ask."""
     paths = registered_models()
-    widths = {name: embedding_width(paths[name]) for name, mode in known_models.items() if mode == "embed"}
+    widths = {name: embedding_width(paths[name]) for name, modes in known_models.items() if "embed" in modes}
     return {name: width for name, width in widths.items() if width is not None}
 
 

@@ -2,6 +2,7 @@
 results, report, jobs.
 
     barge submit --mode embed --model minilm --input 'corpus/*.parquet' --output out/
+    barge submit --mode score --model reranker --param query_column=q --param document_column=d ...
     barge status JOB | wait JOB | cancel JOB | retry JOB | results JOB | report JOB | jobs
 """
 
@@ -24,7 +25,7 @@ JOBS_PER_PAGE = 20   # `barge jobs` without --limit
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     submit = commands.add_parser("submit", help="validate and queue a job")
-    submit.add_argument("--mode", default="embed")
+    submit.add_argument("--mode", default="embed", help="embed (the default), generate, transcribe, classify or score")
     submit.add_argument("--model", help="registered model name, model folder or Hub id org/name[@revision][:quant] "
                                         "(an OpenAI batch file names its own)")
     submit.add_argument("--input", required=True, action="append", help="Parquet path, URL, glob or folder (repeatable),"
@@ -38,7 +39,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--webhook-event", action="append", default=[], dest="webhook_events",
                         help="opt-in event: job.progress or shard.completed (repeatable)")
     submit.add_argument("--expires-after", type=float, metavar="SECONDS", help="expire the job if unfinished by then")
-    submit.add_argument("--param", action="append", default=[], metavar="NAME=JSON", help="e.g. dimensions=256")
+    submit.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
+                        help="e.g. dimensions=256, query_column=q (a value that is not JSON is a string)")
     submit.add_argument("--metadata", default="{}", help="JSON object echoed in status and webhooks")
     submit.add_argument("--if-exists", default="error", choices=["error", "replace"])
     submit.add_argument("--max-rows-per-shard", type=int, default=2048)
@@ -134,7 +136,7 @@ def submitted_spec(args) -> JobSpec:
         name, sep, value = item.partition("=")
         if not sep:
             raise JobSpecError("params", f"{item!r} is not NAME=JSON")
-        params[name] = json.loads(value)
+        params[name] = param_value(value)
     return JobSpec(mode=args.mode, model=args.model, input=args.input if len(args.input) > 1 else args.input[0],
                    output=args.output, input_column=args.input_column, id_column=args.id_column,
                    webhook_url=args.webhook_url, params=params, metadata=json.loads(args.metadata),
@@ -143,6 +145,15 @@ def submitted_spec(args) -> JobSpec:
                    incremental=args.incremental, quantization=args.quantization,
                    quant_check_rows=args.quant_check_rows, kv_cache_dtype=args.kv_cache_dtype,
                    allow_duplicate_ids=args.allow_duplicate_ids)
+
+
+def param_value(value: str) -> object:
+    """A --param value: JSON (256, true, null, "q", [1, 2]), else the text as given
+    (query_column=q is "q", as query_column='"q"' is)."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
 
 
 def _status(args) -> int:

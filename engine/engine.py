@@ -1,4 +1,13 @@
-"""Engine: the one entry point — load a model folder for a mode, then run rows through it."""
+"""Engine: the one entry point — load a model folder for a mode, then run rows through it.
+
+    mode        runs                                    call
+    embed       engine.embed.Embedder                   encode / embed
+    generate    engine.generate.LLMEngine               generate
+    transcribe  engine.whisper.Transcriber              transcribe
+    classify    engine.score.Classifier                 classify
+    score       engine.score.PairScorer (cross-encoder, yes/no reranker or bi-encoder: the
+                folder says, engine.score.head_config.score_method)   score / score_chats
+"""
 
 from __future__ import annotations
 
@@ -14,10 +23,12 @@ from engine.embed.params import EmbedParams
 from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, SamplingParams
 from engine.settings import default_dtype
 from engine.quant.config import QUANTIZATIONS   # None, "fp8" (per-channel scales), "fp8-block" (128x128)
+from engine.score.outputs import ClassifyResult, ScoreOutput
+from engine.score.params import ClassifyParams, ScoreParams
 from engine.step_stats import StepObserver
 from engine.whisper.params import TranscribeParams
 
-MODES = ("generate", "embed", "transcribe")
+MODES = ("generate", "embed", "transcribe", "classify", "score")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Tokens per forward pass when the caller names no budget. On CPU the FFN's
 # [tokens, 4 * hidden] activations should stay in cache, so batches are small; a GPU
@@ -31,11 +42,13 @@ class Engine:
     """A loaded model serving one mode. Build it with Engine.from_pretrained."""
 
     def __init__(self, mode: str, embedder: Embedder | None = None, llm: LLMEngine | None = None,
-                 transcriber=None):
+                 transcriber=None, classifier=None, scorer=None):
         self.mode = mode
         self._embedder = embedder
         self.llm = llm           # the generate mode's engine: options, tokenizer, last_run stats
         self.transcriber = transcriber   # the transcribe mode's engine (engine.whisper.Transcriber)
+        self.classifier = classifier     # the classify mode's engine (engine.score.Classifier)
+        self.scorer = scorer             # the score mode's engine (engine.score.PairScorer)
         self.device_id: str | None = None   # the worker's device slot ("cuda:3", "cpu:1"), set by the worker
 
     @classmethod
@@ -44,7 +57,9 @@ class Engine:
                         quantization: str | None = None, **generate_options) -> "Engine":
         """Load a Hugging Face–format folder (config.json, model.safetensors, tokenizer.json),
         or for mode="generate" also a .gguf file; for mode="transcribe" also a CTranslate2
-        folder or an openai-whisper .pt. dtype: by default float32 on CPU; on a GPU the
+        folder or an openai-whisper .pt; for mode="classify" a *ForSequenceClassification
+        folder; for mode="score" whatever engine.score.PairScorer loads (a yes/no reranker's
+        generate_options are GenerateOptions). dtype: by default float32 on CPU; on a GPU the
         checkpoint's own 16-bit type (engine.settings.default_dtype), fp16 for
         transcription. generate_options: see GenerateOptions; for "transcribe",
         max_slots and max_admit (engine.whisper.build).
@@ -68,13 +83,33 @@ class Engine:
             options = GenerateOptions(**generate_options)
             return cls(mode, llm=LLMEngine.load(path, resolve_dtype(dtype), resolve_device(device), options,
                                                  quantization))
-        if generate_options:
-            raise TypeError(f"options {sorted(generate_options)} apply to mode 'generate' only")
         device = resolve_device(device)
         if max_batch_tokens is None:     # real (unpadded) tokens per forward pass
             max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS.get(device.type, DEFAULT_MAX_BATCH_TOKENS["cuda"])
+        if mode == "score":
+            return cls._load_scorer(path, resolve_dtype(dtype), device, max_batch_tokens, quantization,
+                                    generate_options)
+        if generate_options:
+            raise TypeError(f"options {sorted(generate_options)} apply to mode 'generate' only")
+        if mode == "classify":
+            from engine.score.classifier import Classifier
+            return cls(mode, classifier=Classifier.load(path, resolve_dtype(dtype), device, max_batch_tokens,
+                                                        quantization))
         embedder = Embedder.load(path, resolve_dtype(dtype), device, max_batch_tokens, quantization)
         return cls(mode, embedder)
+
+    @classmethod
+    def _load_scorer(cls, path, dtype: torch.dtype, device: torch.device, max_batch_tokens: int, quantization,
+                     options: dict) -> "Engine":
+        """generate options size a yes/no reranker's generate engine; other scorers take none."""
+        from engine.score.head_config import score_method
+        from engine.score.pairs import PairScorer
+        method = score_method(path)
+        if options and method != "yes-no":
+            raise TypeError(f"options {sorted(options)} apply to a yes/no reranker only; {path} is a {method}")
+        generate_options = GenerateOptions(**options) if method == "yes-no" else None
+        return cls("score", scorer=PairScorer.load(path, dtype, device, max_batch_tokens, quantization,
+                                                   generate_options))
 
     @classmethod
     def _load_transcriber(cls, path, dtype, device, quantization, options: dict) -> "Engine":
@@ -124,11 +159,16 @@ class Engine:
 
     @property
     def _mode_engine(self):
-        """The object that runs this mode's steps: Embedder, LLMEngine or ChunkDecoder."""
+        """The object that runs this mode's steps: Embedder, LLMEngine, ChunkDecoder,
+        Classifier or PairScorer."""
         if self.mode == "embed":
             return self._embedder
         if self.mode == "generate":
             return self.llm
+        if self.mode == "classify":
+            return self.classifier
+        if self.mode == "score":
+            return self.scorer
         return self.transcriber.decoder
 
     @property
@@ -179,6 +219,39 @@ class Engine:
         its token count and the limit. params (or its fields as keywords) are embed's.
         """
         return self._embedder.encode(texts, _params(EmbedParams, params, options))
+
+
+    def classify(self, rows: list, params: ClassifyParams | None = None, **options) -> list[ClassifyResult]:
+        """One ClassifyResult per row in input order (.label, .score, .labels, .scores with
+        return_all_scores, .num_tokens); bad rows carry .error. A row is a text, a pair of
+        texts, or chat messages (a reward model's conversation). params (or its fields as
+        keywords): truncate=, activation=, threshold=, return_all_scores=."""
+        if self.classifier is None:
+            raise ValueError(f"classify needs an engine loaded with mode='classify', not {self.mode!r}")
+        return self.classifier.classify(list(rows), _params(ClassifyParams, params, options))
+
+    def score(self, queries: list, documents: list, params: ScoreParams | None = None,
+              **options) -> list[ScoreOutput]:
+        """One ScoreOutput per (query, document) pair in input order, higher is more
+        relevant; bad pairs (a null text, one over the model's length with truncate=False)
+        carry .error. params (or its fields as keywords): ScoreParams'."""
+        if self.scorer is None:
+            raise ValueError(f"score needs an engine loaded with mode='score', not {self.mode!r}")
+        return self.scorer.score_rows(list(queries), list(documents), _params(ScoreParams, params, options))
+
+    def score_chats(self, chats: list, params: ScoreParams | None = None, **options) -> list[ScoreOutput]:
+        """A reward model's score of each conversation (chat messages through the folder's
+        chat template): the raw value of its one-label head unless params.activation says
+        otherwise. ValueError for a model that is not a one-label sequence classifier."""
+        if self.scorer is None:
+            raise ValueError(f"score needs an engine loaded with mode='score', not {self.mode!r}")
+        params = _params(ScoreParams, params, options)
+        if self.scorer.method != "cross-encoder" or self.scorer.model.head.num_labels != 1:
+            raise ValueError("scoring chats needs a one-label sequence classifier (a reward model), not a "
+                             f"{self.scorer.method}")
+        results = self.scorer.model.classify(list(chats), ClassifyParams(truncate=params.truncate,
+                                                                         activation=params.activation))
+        return [ScoreOutput(result.score, result.num_tokens, result.error) for result in results]
 
 
 def _params(kind: type, params: object | None, options: dict):

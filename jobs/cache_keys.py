@@ -2,8 +2,9 @@
 
 A cached result is reused only when everything that shaped it is unchanged. The
 *namespace* hashes the model's revision (its config, tokenizer and weight files), the
-mode and the mode's parameters; a *key* hashes one input value within it. A new model
-file, another `dimensions` or `max_tokens`, and every key changes with it.
+mode and the mode's parameters (those a row's result depends on: jobs.scoring.result_params);
+a *key* hashes one input value within it (a score row's: its query and its document). A
+new model file, another `dimensions` or `max_tokens`, and every key changes with it.
 
 A Hub model's revision is the commit its id resolved to at submit (jobs.hub_models).
 A local model's revision is read from its files, not trusted from a name: for each weight
@@ -19,6 +20,7 @@ import json
 from pathlib import Path
 
 from jobs.models import ModelRef
+from jobs.scoring import result_params
 from jobs.spec import JobSpec
 
 CACHE_FORMAT = 1                # bump when the cached columns or the hashing change
@@ -64,7 +66,7 @@ def _sample_file(digest, path: Path, name: str) -> None:
 def cache_namespace(spec: JobSpec, revision: str) -> str:
     """Results of jobs with equal namespaces are interchangeable row by row."""
     identity = {"format": CACHE_FORMAT, "model": revision, "mode": spec.mode,
-                "params": spec.params, "quantization": spec.quantization}
+                "params": result_params(spec.mode, spec.params), "quantization": spec.quantization}
     if spec.dtype is not None:      # absent otherwise, so the namespaces of earlier jobs stay as they were
         identity["dtype"] = spec.dtype
     if spec.kv_cache_dtype is not None:     # likewise: an fp8 KV cache gives other logprobs, other tokens

@@ -117,10 +117,12 @@ def resolve_hub_model(name: str, *, weights: bool = True) -> ModelRef:
 
 
 def model_mode(path: str) -> str:
-    """The mode a model serves, from its files: a GGUF file or a *ForCausalLM config is a
-    text generator, Whisper (Hugging Face, CTranslate2 or .pt) transcribes, anything else
-    (BERT-style) embeds, and so does a sentence-transformers folder (modules.json) whatever
-    its config.json says: Qwen3-Embedding names Qwen3ForCausalLM. A GGUF file is known by
+    """The mode a model serves first (a worker loads it for this mode at start), from its
+    files: a GGUF file or a *ForCausalLM config is a text generator, Whisper (Hugging Face,
+    CTranslate2 or .pt) transcribes, a *ForSequenceClassification config classifies (one
+    label: scores, as cross-encoders and reward models do), anything else (BERT-style)
+    embeds, and so does a sentence-transformers folder (modules.json) whatever its
+    config.json says: Qwen3-Embedding names Qwen3ForCausalLM. A GGUF file is known by
     its name, here or not: a Hub GGUF resolved at submit names a file only workers fetch."""
     if path.endswith(".gguf"):
         return "generate"
@@ -131,11 +133,31 @@ def model_mode(path: str) -> str:
     # A CTranslate2 Whisper config.json has no architectures, but its language ids.
     if any(name.startswith("Whisper") for name in architectures) or "lang_ids" in config:
         return "transcribe"
+    if any(name.endswith("ForSequenceClassification") for name in architectures):
+        return "score" if _num_labels(config) == 1 else "classify"
     if Path(path, "modules.json").is_file():
         return "embed"
     if any(name.endswith("ForCausalLM") for name in architectures):
         return "generate"
     return "embed"
+
+
+def model_modes(path: str) -> tuple[str, ...]:
+    """Every mode a model serves, model_mode's first. A model that embeds or generates
+    also scores pairs (a bi-encoder's cosine, a yes/no reranker's P(yes),
+    engine.score.head_config.score_method); a sequence classifier classifies, and scores
+    when it has one label (a cross-encoder, a reward model)."""
+    first = model_mode(path)
+    if first == "transcribe":
+        return (first,)
+    if first == "classify":
+        return ("classify",)
+    return (first, "classify") if first == "score" else (first, "score")
+
+
+def _num_labels(config: dict) -> int:
+    """As transformers reads a classifier's config.json: id2label's size, else num_labels (2)."""
+    return len(config.get("id2label") or {}) or int(config.get("num_labels", 2))
 
 
 def embedding_width(path: str) -> int | None:

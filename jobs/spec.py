@@ -12,12 +12,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.scoring import params_problem
 from webhooks.events import OPT_IN_EVENT_TYPES
 from webhooks.safety import validate_webhook_url
 
-MODES = ("embed", "generate", "transcribe")
+MODES = ("embed", "generate", "transcribe", "classify", "score")
 # Modes whose engine this version of Barge has; a job in another mode is refused.
-AVAILABLE_MODES = ("embed", "generate", "transcribe")
+AVAILABLE_MODES = ("embed", "generate", "transcribe", "classify", "score")
+# Modes that take no quantization: their FP8 quality check (quant_check_rows) is not built yet.
+UNQUANTIZED_MODES = ("classify", "score")
 IF_EXISTS = ("error", "replace")
 # engine.quant.config.QUANTIZATIONS, without importing torch at submission
 QUANTIZATIONS = (None, "fp8", "fp8-block", "fp8-group")
@@ -80,6 +83,27 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "long_form": ((str,), '"vad" (windows cut at pauses, decoded together) or "sequential" (each window '
                               'conditioned on the text before it, as openai-whisper)'),
     },
+    # engine.score.ClassifyParams (all_scores is its return_all_scores); values are checked there too
+    "classify": {
+        "truncate": ((bool,), "a boolean (false: refuse texts longer than the model's max_seq_length)"),
+        "activation": ((str,), '"auto" (the config\'s problem_type decides), "softmax", "sigmoid" or "none"'),
+        "threshold": ((int, float), "a number in [0, 1] (sigmoid: the labels whose score reaches it)"),
+        "all_scores": ((bool,), "a boolean (true: every label's score, in a scores column)"),
+    },
+    # engine.score.ScoreParams, and the job's own (jobs.scoring.SCORE_JOB_PARAMS)
+    "score": {
+        "query_column": ((str, type(None)), "the name of the queries' column, or null (input_column holds pairs)"),
+        "document_column": ((str, type(None)), "the name of the documents' column, or null"),
+        "chat": ((bool,), "a boolean (true: input_column holds conversations, scored by a reward model)"),
+        "group_column": ((str, type(None)), "the name of the column grouping rows for top_n (e.g. a query id)"),
+        "top_n": ((int, type(None)), "a positive integer: top_n.parquet holds each group's best top_n rows"),
+        "truncate": ((bool,), "a boolean (false: refuse pairs longer than the model takes)"),
+        "activation": ((str,), '"auto", "sigmoid" or "none" (a cross-encoder\'s score)'),
+        "instruction": ((str, type(None)), "the yes/no reranker's task, or null for its default"),
+        "yes_token": ((str,), "the token whose probability is a yes/no reranker's score"),
+        "no_token": ((str,), "the token a yes/no reranker weighs yes_token against"),
+        "group_by_query": ((bool,), "a boolean (a yes/no reranker: a query's pairs run together)"),
+    },
 }
 
 
@@ -98,7 +122,7 @@ class JobSpec:
     """One batch job. Frozen: a job's spec never changes after submission."""
 
     mode: str
-    """"embed", "generate" or "transcribe"."""
+    """"embed", "generate", "transcribe", "classify" or "score"."""
     model: str
     """A registered model name or a model folder path (see `jobs.models`)."""
     input: str | tuple[str, ...]
@@ -106,7 +130,8 @@ class JobSpec:
     output: str
     """Output folder (path or fsspec URL): part files, `_manifest.json`, `_SUCCESS`."""
     input_column: str = "text"
-    """The column holding each row's input (transcribe: audio bytes, or paths/URLs of audio files)."""
+    """The column holding each row's input (transcribe: audio bytes, or paths/URLs of audio files;
+    score: [query, document] lists unless params name a query and a document column)."""
     id_column: str | None = None
     """A column carried into the output to join results back; None adds `row_index`."""
     webhook_url: str | None = None
@@ -235,6 +260,10 @@ class JobSpec:
             raise JobSpecError("quant_check_rows", f"must be a non-negative integer, got {rows!r}")
         if rows and self.quantization is None:
             raise JobSpecError("quant_check_rows", "compares FP8 with the unquantized model: it needs quantization")
+        if self.quantization is not None and self.mode in UNQUANTIZED_MODES:
+            raise JobSpecError("quantization", f"{self.mode} jobs run the model's own weights in this version of "
+                                               "Barge (FP8 has no quality check for them yet); submit without "
+                                               "quantization")
 
     def _validate_dtype(self) -> None:
         if self.dtype not in DTYPES:
@@ -282,6 +311,9 @@ class JobSpec:
                                f'must be "compact" or "any", got {self.params["structured_whitespace"]!r}')
         if self.params.get("system_prompt") is not None and not self.params.get("chat"):
             raise JobSpecError("params.system_prompt", "applies to chat prompts: set params.chat to true")
+        problem = params_problem(self.mode, self.params)
+        if problem is not None:
+            raise JobSpecError(*problem)
 
     @property
     def inputs(self) -> list[str]:

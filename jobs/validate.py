@@ -13,18 +13,21 @@ from pathlib import Path
 import pyarrow as pa
 
 from jobs.chat import without_chat_params
-from jobs.models import ModelRef, embedding_width, model_mode, resolve_model
+from jobs.models import ModelRef, embedding_width, model_modes, resolve_model
 from jobs.row_params import ROW_COLUMN_PARAMS, check_row_column_params, is_row_column_type, row_columns
+from jobs.scoring import pair_columns
+from jobs.scoring_checks import check_classify_job, check_score_columns, check_score_job
 from jobs.spec import MODE_PARAMS, JobSpec, JobSpecError
 from storage.errors import InputError, OutputError
 from storage.manifest import encode_schema, is_committed
 from storage.plan import InputInfo, inspect_input
 from storage.schemas import output_schema
-from storage.text import is_messages_type
+from storage.text import is_messages_type, is_pair_type
 from storage.write import check_writable
 
 ROW_INDEX_FIELD = pa.field("row_index", pa.int64())   # the id column when a job names none
 ROW_PARAMS_MODES = ("generate", "embed")              # modes whose rows may carry their own params (jobs.row_params)
+MESSAGES_MODES = ("generate", "classify", "score")    # modes whose input column may hold chat messages
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ def check_job(spec: JobSpec) -> CheckedJob:
     _check_quant_check(spec, model)
     if spec.mode == "transcribe":
         _check_audio_column(spec, info)
+    if spec.mode == "score":
+        check_score_columns(spec, info)
     _check_messages_column(spec, info)
     _check_row_columns(spec, info)
     id_field = info.schema.field(spec.id_column) if spec.id_column else ROW_INDEX_FIELD
@@ -66,7 +71,8 @@ def check_job(spec: JobSpec) -> CheckedJob:
         embedding = {"embedding_dtype": spec.params.get("output_dtype", "float32"),
                      "dimensions_per_row": spec.params.get("params_column") is not None} if spec.mode == "embed" else {}
         logprobs = {"logprobs": spec.params.get("logprobs") is not None} if spec.mode == "generate" else {}
-        schema = output_schema(spec.mode, id_field, dimensions=dimensions, **embedding, **logprobs)
+        scores = {"all_scores": spec.params.get("all_scores", False)} if spec.mode == "classify" else {}
+        schema = output_schema(spec.mode, id_field, dimensions=dimensions, **embedding, **logprobs, **scores)
     except ValueError as exc:
         raise JobSpecError("id_column", str(exc)) from None
     return CheckedJob(model=model, input=info, output_schema=_with_carried(schema, spec, info))
@@ -90,15 +96,30 @@ def check_ids(spec: JobSpec, info: InputInfo) -> None:
 
 
 def read_columns(spec: JobSpec) -> list[str]:
-    """The input columns a shard reads, in order: the input, the id, the carried columns,
-    the columns of per-row params (jobs.row_params)."""
-    named = [spec.input_column] + ([spec.id_column] if spec.id_column else []) + list(spec.carry_columns)
-    return named + [column for column in _row_columns(spec).values() if column not in named]
+    """The input columns a shard reads, in order: the input (a score job's query and
+    document columns), the id, the carried columns, the columns of per-row params
+    (jobs.row_params)."""
+    named = value_columns(spec) + ([spec.id_column] if spec.id_column else []) + carried_columns(spec)
+    return list(dict.fromkeys(named + list(_row_columns(spec).values())))
+
+
+def value_columns(spec: JobSpec) -> list[str]:
+    """The columns whose values the engine takes: the input column, or a score job's two."""
+    columns = pair_columns(spec.params) if spec.mode == "score" else None
+    return list(columns) if columns else [spec.input_column]
+
+
+def carried_columns(spec: JobSpec) -> list[str]:
+    """The input columns copied into the output: carry_columns, then a score job's group
+    column (top_n.parquet ranks the output's rows by it) unless it is carried or the id."""
+    group = spec.params.get("group_column") if spec.mode == "score" else None
+    extra = [group] if group is not None and group not in spec.carry_columns and group != spec.id_column else []
+    return list(spec.carry_columns) + extra
 
 
 def carried_fields(spec: JobSpec, info: InputInfo) -> list[pa.Field]:
     """The input columns a job copies into its output, in order: carried, then partition keys."""
-    fields = [info.schema.field(name).remove_metadata() for name in spec.carry_columns]
+    fields = [info.schema.field(name).remove_metadata() for name in carried_columns(spec)]
     if spec.partition_columns and info.files:
         fields += [pa.field(key, pa.string()) for key in info.files[0].partition]
     return fields
@@ -108,16 +129,24 @@ def _with_carried(schema: pa.Schema, spec: JobSpec, info: InputInfo) -> pa.Schem
     carried = carried_fields(spec, info)
     clashes = sorted({f.name for f in carried} & set(schema.names))
     if clashes:
-        raise JobSpecError("carry_columns", f"{', '.join(clashes)} would clash with an output column of the same "
+        field = "carry_columns" if set(clashes) & set(spec.carry_columns) else "params.group_column"
+        raise JobSpecError(field, f"{', '.join(clashes)} would clash with an output column of the same "
                                             f"name; the output columns are {', '.join(schema.names)}")
     return pa.schema([schema.field(0), *carried, *list(schema)[1:]])
 
 
 def input_columns(spec: JobSpec) -> dict[str, str]:
-    """role -> column name, for storage.plan.inspect_input (audio is not text: its own role)."""
-    columns = {"audio_column" if spec.mode == "transcribe" else "input_column": spec.input_column}
+    """role -> column name, for storage.plan.inspect_input (audio is not text: its own role;
+    a score job's query and document columns are text of their own roles)."""
+    pairs = pair_columns(spec.params) if spec.mode == "score" else None
+    if pairs:
+        columns = {"params.query_column": pairs[0], "params.document_column": pairs[1]}
+    else:
+        columns = {"audio_column" if spec.mode == "transcribe" else "input_column": spec.input_column}
     if spec.id_column:
         columns["id_column"] = spec.id_column
+    if spec.mode == "score" and spec.params.get("group_column") is not None:
+        columns["params.group_column"] = spec.params["group_column"]
     return {**columns, **_row_columns(spec)}
 
 
@@ -130,9 +159,14 @@ def encoded_schema(checked: CheckedJob) -> str:
 
 
 def _check_mode(spec: JobSpec, model: ModelRef) -> None:
-    serves = model_mode(model.path)
-    if serves != spec.mode:
-        raise JobSpecError("model", f"{spec.model!r} is a model for {serves!r}, not for mode {spec.mode!r}")
+    if spec.mode == "classify":     # these two name what the model lacks: a head, a way to score pairs
+        check_classify_job(spec, model)
+    elif spec.mode == "score":
+        check_score_job(spec, model)
+    serves = model_modes(model.path)
+    if spec.mode not in serves:
+        raise JobSpecError("model", f"{spec.model!r} is a model for {' and '.join(map(repr, serves))}, "
+                                    f"not for mode {spec.mode!r}")
     malformed = check_row_column_params(spec.params) if spec.mode in ROW_PARAMS_MODES else None
     if malformed:
         raise JobSpecError(malformed.split(" ", 1)[0], malformed)
@@ -205,11 +239,16 @@ def _check_row_columns(spec: JobSpec, info: InputInfo) -> None:
 
 
 def _check_messages_column(spec: JobSpec, info: InputInfo) -> None:
-    """Chat messages are prompts: only a generate job renders them (jobs.chat)."""
+    """Chat messages are prompts (a generate job renders them, jobs.chat) or conversations
+    (a classify or score job's reward model scores them); pairs are a classify or score job's."""
     field = info.schema.field(spec.input_column) if spec.input_column in info.schema.names else None
-    if spec.mode != "generate" and field is not None and is_messages_type(field.type):
+    if spec.mode not in MESSAGES_MODES and field is not None and is_messages_type(field.type):
         raise JobSpecError("input_column", f"column {spec.input_column!r} holds chat messages ({field.type}); "
-                                           f"only a generate job takes messages, a {spec.mode} job needs text")
+                                           f"only generate, classify and score jobs take messages, a {spec.mode} "
+                                           "job needs text")
+    if spec.mode not in ("classify", "score") and field is not None and is_pair_type(field.type):
+        raise JobSpecError("input_column", f"column {spec.input_column!r} holds lists of strings ({field.type}); "
+                                           f"only classify and score jobs take pairs, a {spec.mode} job needs text")
 
 
 def sampling_kwargs(params: dict) -> dict:
@@ -227,7 +266,7 @@ def _input_field(message: str, spec: JobSpec) -> str:
         return "id_column"
     if "(in carry_columns)" in message:
         return "carry_columns"
-    for name in ROW_COLUMN_PARAMS:
+    for name in (*ROW_COLUMN_PARAMS, "query_column", "document_column", "group_column"):
         if f"(the params.{name})" in message:
             return f"params.{name}"
     return "input"

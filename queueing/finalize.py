@@ -19,6 +19,7 @@ from jobs.transient import is_transient, retrying
 from queueing.dispatch import deliver
 from queueing.runtime import Runtime
 from queueing.structured_stats import structured_stats
+from queueing.top_n_output import wants_top_n, write_top_n
 from storage.errors import StorageError
 from queueing.results import ROW_INDEX_COLUMN
 from storage.errors_file import write_errors_file
@@ -103,15 +104,17 @@ def write_partial_output(runtime: Runtime, job_id: str) -> bool:
 
 def build_manifest(runtime: Runtime, job, shards: list, status: str) -> Manifest:
     """The manifest of `shards` (committed, in order), writing the errors file first if
-    the job asked for one and any of their rows failed."""
+    the job asked for one and any of their rows failed, and a succeeded score job's
+    top_n.parquet if it asked for one (queueing.top_n_output)."""
     parts = tuple(PartInfo(**s.part) for s in shards)
     errors_file = None
     if job.spec.errors_file and any(s.rows_failed for s in shards):
         errors_file = write_errors_file(job.spec.output, parts, id_column=job.spec.id_column or ROW_INDEX_COLUMN)
+    top_n_file = write_top_n(job, parts) if status == "succeeded" and wants_top_n(job.spec) else None
     return Manifest(job_id=job.id, mode=job.spec.mode, model=job.spec.model, spec=job.spec.to_dict(), parts=parts,
                     schema=job.output_schema, created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     stats={**manifest_stats(runtime, job.id), **structured_stats(job.spec, parts)},
-                    errors_file=errors_file, status=status)
+                    errors_file=errors_file, status=status, top_n_file=top_n_file)
 
 
 def manifest_stats(runtime: Runtime, job_id: str) -> dict:

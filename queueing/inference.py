@@ -1,6 +1,7 @@
 """One engine call for a chunk of a shard's rows, per mode, with the job's params built
-as that mode's param object (EmbedParams, SamplingParams, TranscribeParams: torch-free,
-each checking its values and raising ValueError naming a bad one).
+as that mode's param object (EmbedParams, SamplingParams, TranscribeParams,
+ClassifyParams, ScoreParams: torch-free, each checking its values and raising ValueError
+naming a bad one).
 
 Sampling in a generate job is reproducible row by row: with a job `seed`, each row's
 seed derives from it and the row's id, so a re-run of a shard (after a crash, or a
@@ -20,6 +21,7 @@ from engine.generate.sampling_params import SamplingParams
 from engine.whisper.params import TranscribeParams
 from jobs.records import JobRecord
 from jobs.row_params import shared_params
+from jobs.scoring import classify_params, score_params
 from jobs.validate import sampling_kwargs
 
 if TYPE_CHECKING:
@@ -36,7 +38,20 @@ def infer(engine: Engine, job: JobRecord, ids: pa.Array, inputs: list, row_param
         return engine.generate(inputs, row_sampling_params(spec.params, ids, row_params))
     if spec.mode == "transcribe":     # audio bytes or paths/URLs; bad audio is a row's error
         return engine.transcribe(inputs, TranscribeParams(**spec.params))
+    if spec.mode == "classify":       # texts, pairs or chats; a null row is a row's error
+        return engine.classify(inputs, classify_params(spec.params))
+    if spec.mode == "score":
+        return score_rows(engine, spec.params, inputs)
     raise ValueError(f"mode {spec.mode!r} has no engine in this worker")
+
+
+def score_rows(engine: Engine, params: dict, inputs: list) -> list:
+    """ScoreOutputs in input order: conversations through a reward model (params.chat), else
+    (query, document) pairs; an error row's None input is a pair of nulls."""
+    if params.get("chat"):
+        return engine.score_chats(inputs, score_params(params))
+    pairs = [pair or (None, None) for pair in inputs]
+    return engine.score([query for query, _ in pairs], [document for _, document in pairs], score_params(params))
 
 
 def embed_params(params: dict) -> EmbedParams:

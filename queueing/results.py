@@ -21,6 +21,11 @@ def build_table(mode: str, ids: pa.Array, outputs: list, *, id_column: str | Non
             columns["logprobs"] = _logprobs_column(outputs, schema.field("logprobs").type)
     elif mode == "transcribe":
         columns = _transcribe_columns(outputs, schema.field("segments").type)
+    elif mode == "classify":
+        columns = _classify_columns(outputs, schema.field("scores").type if "scores" in schema.names else None)
+    elif mode == "score":
+        columns = {"score": pa.array([out.score for out in outputs], type=pa.float64()),
+                   "num_tokens": pa.array([out.num_tokens for out in outputs], type=pa.int32())}
     else:
         raise ValueError(f"no result table for mode {mode!r}")
     columns["error"] = pa.array([out.error for out in outputs], type=pa.string())
@@ -55,6 +60,21 @@ def _transcribe_columns(outputs: list, segments_type: pa.DataType) -> dict[str, 
         "language_probability": pa.array([out.language_probability for out in outputs], type=pa.float64()),
         "duration_s": pa.array([out.duration_s for out in outputs], type=pa.float64()),
     }
+
+
+def _classify_columns(outputs: list, scores_type: pa.DataType | None) -> dict[str, pa.Array]:
+    """scores_type: the job asked for every label's score (params.all_scores); else None."""
+    columns = {
+        "label": pa.array([out.label for out in outputs], type=pa.string()),
+        "score": pa.array([out.score for out in outputs], type=pa.float64()),
+        "labels": pa.array([None if out.error else list(out.labels) for out in outputs], type=pa.list_(pa.string())),
+    }
+    if scores_type is not None:
+        columns["scores"] = pa.array([None if out.scores is None else
+                                      [{"label": label, "score": score} for label, score in out.scores.items()]
+                                      for out in outputs], type=scores_type)
+    columns["num_tokens"] = pa.array([out.num_tokens for out in outputs], type=pa.int32())
+    return columns
 
 
 def _segment(segment) -> dict:

@@ -38,7 +38,7 @@ class EngineKey:
     dtype or a KV cache dtype a job names."""
 
     model_key: str                      # the served model (jobs.models.ModelRef.key; a Hub id pinned to a commit)
-    mode: str                           # "embed" | "generate" | "transcribe"
+    mode: str                           # "embed" | "generate" | "transcribe" | "classify" | "score"
     quantization: str | None = None     # None: the checkpoint's; "fp8", "fp8-block", "fp8-group": FP8 linears
     dtype: str | None = None            # embed: a dtype the job names (JobSpec.dtype); None: the engine's default
     kv_cache_dtype: str | None = None   # generate: "fp8" (JobSpec.kv_cache_dtype); None: the model's dtype
@@ -172,8 +172,8 @@ class Runtime:
                  f", {key.quantization} weights" if key.quantization else "",
                  f", {key.kv_cache_dtype} KV cache" if key.kv_cache_dtype else "")
         options = {}
-        if key.mode == "generate":
-            options.update(self._memory_options())
+        if key.mode == "generate" or (key.mode == "score" and _is_yes_no_reranker(ref.path)):
+            options.update(self._memory_options())     # a yes/no reranker runs on the generate engine
         if self.device is not None:
             options["device"] = self.device.torch_device
         if key.dtype is not None:
@@ -232,6 +232,11 @@ class Runtime:
     @property
     def is_past_drain_deadline(self) -> bool:
         return self.drain_deadline is not None and time.monotonic() > self.drain_deadline
+
+
+def _is_yes_no_reranker(path: str) -> bool:
+    from engine.score.head_config import score_method   # torch-free: config.json alone
+    return score_method(path) == "yes-no"
 
 
 def attach_runtime(app: Celery, runtime: Runtime) -> None:

@@ -5,6 +5,10 @@ A row whose id is null, or whose text is binary that is not UTF-8, is an error r
 its input goes to the engine as null (so it costs nothing and gets a null result) and
 its `error` names what is wrong and where the row is in the input, since its id
 cannot say which row it was.
+
+A score job's input value is its (query, document) pair, from two columns or one column
+of [query, document] lists (jobs.scoring); a null query or document is the engine's to
+name, as a null text is.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import pyarrow as pa
 from jobs.chat import chat_prompts
 from jobs.records import JobRecord
 from jobs.row_params import ROW_COLUMN_PARAMS, embed_row_error, row_overrides
-from jobs.validate import ROW_PARAMS_MODES, read_columns
+from jobs.scoring import as_pairs, pair_columns
+from jobs.spec import JobSpec
+from jobs.validate import ROW_PARAMS_MODES, carried_columns, read_columns
 from storage.fs import redact
 from storage.plan import ShardPlan
 from storage.read import read_shard
@@ -26,7 +32,7 @@ from storage.text import text_values
 @dataclass
 class ShardRows:
     ids: pa.Array  # every row's id (the job's id column, or the row's position in the input)
-    inputs: list  # every row's input value; None for the error rows
+    inputs: list  # every row's input value (score: a (query, document) tuple); None for the error rows
     carried: dict  # output column name -> values copied from the input
     errors: dict[int, str]  # row in the shard -> why it cannot be computed
     row_params: list[dict] | None = None  # row -> its params over the job's (jobs.row_params); None: none
@@ -37,11 +43,7 @@ def read_rows(job: JobRecord, shard: ShardPlan) -> ShardRows:
     columns, then partition keys)."""
     spec = job.spec
     table = pa.Table.from_batches(list(read_shard(shard, read_columns(spec), partition_columns=spec.partition_columns)))
-    column = table.column(spec.input_column)
-    # Audio comes as bytes or paths: only text is decoded.
-    inputs, errors = (column.to_pylist(), {}) if spec.mode == "transcribe" else text_values(column)
-    if spec.mode == "generate":   # strings as chat messages when the job asks (jobs.chat)
-        inputs = chat_prompts(inputs, spec.params)
+    inputs, errors = input_values(spec, table)
     if spec.id_column:
         ids = table.column(spec.id_column).combine_chunks()
         for row in _null_rows(ids):
@@ -51,8 +53,25 @@ def read_rows(job: JobRecord, shard: ShardPlan) -> ShardRows:
     row_params = _row_params(job, table, ids, errors) if spec.mode in ROW_PARAMS_MODES else None
     for row in errors:
         inputs[row] = None
-    carried_names = list(spec.carry_columns) + (list(shard.pieces[0].partition) if spec.partition_columns else [])
+    carried_names = carried_columns(spec) + (list(shard.pieces[0].partition) if spec.partition_columns else [])
     return ShardRows(ids, inputs, {name: table.column(name) for name in carried_names}, errors, row_params)
+
+
+def input_values(spec: JobSpec, table: pa.Table) -> tuple[list, dict[int, str]]:
+    """Each row's input value as the engine takes it, and row -> why a value cannot be read."""
+    if spec.mode == "transcribe":   # audio comes as bytes or paths: only text is decoded
+        return table.column(spec.input_column).to_pylist(), {}
+    columns = pair_columns(spec.params) if spec.mode == "score" else None
+    if columns:
+        (queries, query_errors), (documents, document_errors) = (text_values(table.column(name)) for name in columns)
+        return list(zip(queries, documents)), {**document_errors, **query_errors}
+    inputs, errors = text_values(table.column(spec.input_column))
+    if spec.mode == "generate":   # strings as chat messages when the job asks (jobs.chat)
+        inputs = chat_prompts(inputs, spec.params)
+    if spec.mode == "score" and not spec.params.get("chat"):   # one column of [query, document] lists
+        inputs, pair_errors = as_pairs(inputs)
+        errors = {**pair_errors, **errors}
+    return inputs, errors
 
 
 def _row_params(job: JobRecord, table: pa.Table, ids: pa.Array, errors: dict[int, str]) -> list[dict] | None:

@@ -20,13 +20,13 @@ from storage.footer import FOOTER_GUESS_BYTES, WHOLE_FILE_BYTES, Footer, open_pa
 from storage.ids import IdSummary, summarize_ids
 from storage.fs import describe, redact, resolve
 from storage.listing import ListedFile, list_inputs
-from storage.text import TEXT_TYPES, is_messages_type, is_text_type
+from storage.text import TEXT_TYPES, is_messages_type, is_pair_type, is_text_type
 from storage.work import TOKENS, estimate_work, work_unit
 
-# The role whose column feeds the engine's text: it must hold strings.
-TEXT_ROLE = "input_column"
-# Roles whose column is the engine's input, so its size is the shard's work; first present wins.
-WORK_ROLES = ("input_column", "audio_column")
+# Roles whose column feeds the engine's text: each must hold strings (or chat messages, or
+# pairs of texts: storage.text). A score job reads a query and a document column.
+TEXT_ROLES = ("input_column", "params.query_column", "params.document_column")
+AUDIO_ROLE = "audio_column"
 MAX_CONCURRENT_FOOTER_READS = 16
 # At most this many bytes of small files' rows are kept in memory by inspect_input(keep_columns=...);
 # the files past it are fetched again by their shards.
@@ -114,10 +114,10 @@ def inspect_input(
     footers = [footer for footer, _, _ in read]
     first = next((i for i, footer in enumerate(footers) if footer.metadata.num_rows), 0)  # whose types count
     schema = _arrow_schema(listed[first].url, footers[first].metadata)
-    work_column = next((columns[role] for role in WORK_ROLES if columns.get(role)), None)
-    # The text role's column is read as text whatever its Parquet type (storage.text).
-    is_text = work_column is not None and work_column == columns.get(TEXT_ROLE)
-    unit = work_unit(schema.field(work_column).type) if work_column in schema.names and not is_text else TOKENS
+    work_columns = _work_columns(columns)
+    # Text is counted in tokens whatever its Parquet type (storage.text); audio as its type says.
+    audio = columns.get(AUDIO_ROLE)
+    unit = work_unit(schema.field(audio).type) if audio and audio in schema.names else TOKENS
     files = []
     for entry, footer in zip(listed, footers):
         metadata, num_bytes = footer.metadata, footer.num_bytes
@@ -126,7 +126,7 @@ def inspect_input(
         if metadata.num_rows:
             _check_same_schema(entry.url, listed[first].url, schema, file_schema)
         read_names = {name for name in columns.values() if name} | set(carry_columns)
-        files.append(_input_file(entry, metadata, num_bytes, work_column, unit, read_names))
+        files.append(_input_file(entry, metadata, num_bytes, work_columns, unit, read_names))
     keys = _check_partitions(listed, schema) if partition_columns else ()
     ids = _summarize(schema.field(id_column).type, [ids for _, ids, _ in read]) if id_column else None
     kept = {index: table for index, (_, _, table) in enumerate(read) if table is not None}
@@ -214,19 +214,29 @@ def _arrow_schema(url: str, metadata: pq.FileMetaData) -> pa.Schema:
         raise InputError(f"{redact(url)}: its Parquet schema has no Arrow equivalent ({error})") from error
 
 
-def _input_file(entry: ListedFile, metadata: pq.FileMetaData, num_bytes: int, work_column: str | None,
+def _work_columns(columns: dict[str, str]) -> list[str]:
+    """The columns whose size is a shard's work, the engine's input: the audio column, else
+    every text column, summed (a score row costs its query and its document)."""
+    if columns.get(AUDIO_ROLE):
+        return [columns[AUDIO_ROLE]]
+    return list(dict.fromkeys(columns[role] for role in TEXT_ROLES if columns.get(role)))
+
+
+def _input_file(entry: ListedFile, metadata: pq.FileMetaData, num_bytes: int, work_columns: list[str],
                 unit: str, read_names: set[str]) -> InputFile:
     row_groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
     read_leaves = [i for i in range(metadata.num_columns) if metadata.schema.column(i).path.split(".")[0] in read_names]
     num_read_bytes = metadata.serialized_size + sum(group.column(i).total_compressed_size
                                                     for group in row_groups for i in read_leaves)
+    # Row groups index leaf columns, not fields: a column's leaves are the one whose path
+    # is its name, or those under it (a list of strings: "pair.list.element").
+    leaves = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    leaves_of = [[i for i, path in enumerate(leaves) if path == name or path.startswith(name + ".")]
+                 for name in work_columns]
     work: tuple[int, ...] = ()
-    if work_column is not None:
-        # Row groups index leaf columns, not fields: find the leaf whose path is the column.
-        leaves = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
-        index = leaves.index(work_column) if work_column in leaves else None
-        if index is not None:
-            work = tuple(estimate_work(unit, group.column(index).total_uncompressed_size) for group in row_groups)
+    if any(leaves_of):
+        work = tuple(sum(estimate_work(unit, sum(group.column(i).total_uncompressed_size for i in indices))
+                         for indices in leaves_of if indices) for group in row_groups)
     return InputFile(url=entry.url, num_rows=metadata.num_rows, num_row_groups=metadata.num_row_groups,
                      row_group_rows=tuple(group.num_rows for group in row_groups), row_group_work=work,
                      partition=entry.partition, num_bytes=num_bytes, num_read_bytes=num_read_bytes)
@@ -240,11 +250,12 @@ def _check_columns(url: str, schema: pa.Schema, columns: dict[str, str], carry_c
         if schema.get_field_index(name) < 0:
             raise InputError(f"{redact(url)}: column {name!r} ({what}) is not in the file; "
                              f"its columns are: {', '.join(schema.names)}")
-    text_column = columns.get(TEXT_ROLE)
-    column_type = schema.field(text_column).type if text_column is not None else None
-    if check_types and text_column is not None and not (is_text_type(column_type) or is_messages_type(column_type)):
-        raise InputError(f"{redact(url)}: column {text_column!r} (the {TEXT_ROLE}) has type "
-                         f"{schema.field(text_column).type}; it must hold text: {TEXT_TYPES}")
+    for role in TEXT_ROLES if check_types else ():
+        column_type = schema.field(columns[role]).type if columns.get(role) is not None else None
+        if column_type is not None and not (is_text_type(column_type) or is_messages_type(column_type)
+                                            or is_pair_type(column_type)):
+            raise InputError(f"{redact(url)}: column {columns[role]!r} (the {role}) has type "
+                             f"{column_type}; it must hold text: {TEXT_TYPES}")
 
 
 def _check_partitions(listed: list[ListedFile], schema: pa.Schema) -> tuple[str, ...]:

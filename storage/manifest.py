@@ -2,6 +2,7 @@
 
     OUTPUT/part-00000-00000.parquet   parts, written by write_part as shards finish
     OUTPUT/errors.jsonl               optional: the failed rows (storage.errors_file)
+    OUTPUT/top_n.parquet              optional: a score job's best rows per group (storage.top_n_file)
     OUTPUT/_manifest.json             the parts that make up the result, in order
     OUTPUT/_SUCCESS                   written last: the output is committed
 
@@ -56,6 +57,7 @@ class Manifest:
     created_at: str  # ISO 8601, UTC
     errors_file: ErrorsFileInfo | None = None  # from write_errors_file; None: the job wrote none
     status: str = COMPLETE  # or a PARTIAL_STATUSES entry: the job ended with only these parts
+    top_n_file: PartInfo | None = None  # a score job with top_n: storage.top_n_file's; None: none written
 
     def __post_init__(self) -> None:
         if self.status != COMPLETE and self.status not in PARTIAL_STATUSES:
@@ -88,9 +90,10 @@ class Manifest:
         parts = tuple(PartInfo(**part) for part in body["parts"])
         # Manifests written before errors files existed have no such key.
         errors_file = ErrorsFileInfo(**body["errors_file"]) if body.get("errors_file") else None
+        top_n_file = PartInfo(**body["top_n_file"]) if body.get("top_n_file") else None
         return cls(job_id=body["job_id"], mode=body["mode"], model=body["model"], spec=body["spec"],
                    parts=parts, schema=body["schema"], stats=body["stats"], created_at=body["created_at"],
-                   errors_file=errors_file, status=body.get("status", COMPLETE))
+                   errors_file=errors_file, status=body.get("status", COMPLETE), top_n_file=top_n_file)
 
 
 def encode_schema(schema: pa.Schema) -> str:
@@ -107,7 +110,7 @@ def decode_schema(text: str) -> pa.Schema:
 
 def commit_output(output: str, manifest: Manifest, storage_options: dict | None = None, *,
                   before_success: Callable[[], None] | None = None) -> None:
-    """Check every listed part (and errors file) is there, write _manifest.json atomically, then _SUCCESS last;
+    """Check every listed part (and errors and top-N file) is there, write _manifest.json atomically, then _SUCCESS last;
     then remove the job's staged input (storage.stage). `before_success` runs between the
     two writes (crash tests stop a process there). Committing again rewrites both: harmless."""
     _check_parts_present(output, manifest, storage_options)
@@ -197,7 +200,7 @@ def _check_parts_present(output: str, manifest: Manifest, storage_options: dict 
         sizes = {entry["name"].rstrip("/").rsplit("/", 1)[-1]: entry["size"] for entry in fs.ls(path, detail=True)}
     except FileNotFoundError:
         sizes = {}
-    listed = [*manifest.parts, *([manifest.errors_file] if manifest.errors_file else [])]
+    listed = [*manifest.parts, *(file for file in (manifest.errors_file, manifest.top_n_file) if file)]
     wrong = [entry.name for entry in listed if sizes.get(entry.name) != entry.num_bytes]
     if wrong:
         raise OutputError(f"{redact(output)}: cannot commit, parts missing or of the wrong size: {wrong[:10]}"

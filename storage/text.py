@@ -4,7 +4,9 @@ strings, and UTF-8 in binary columns, all read as Python strings.
 pandas writes a `category` column dictionary-encoded; newer Arrow and Polars write
 `string_view`; some writers store text as `binary`. A binary value that is not
 UTF-8 is that row's error, never the shard's. A list of {role, content} structs (chat
-messages) reads as Python lists of dicts; only a generate job may name one (jobs.validate).
+messages) reads as Python lists of dicts; only generate, classify and score jobs may name
+one (jobs.validate). A list of strings (a pair: [query, document], [premise, hypothesis])
+reads as Python lists; only classify and score jobs may name one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 TEXT_TYPES = ("string, large_string, string_view, binary holding UTF-8, or a dictionary of those "
-              "(a generate job's column may hold chat messages: a list of {role, content} structs)")
+              "(a generate, classify or score job's column may hold chat messages: a list of {role, content} "
+              "structs; a classify or score job's, pairs of texts: a list of strings)")
 
 
 def is_text_type(column_type: pa.DataType) -> bool:
@@ -28,6 +31,14 @@ def is_messages_type(column_type: pa.DataType) -> bool:
     item = column_type.value_type
     return (pa.types.is_struct(item) and all(item.get_field_index(name) >= 0 and _is_string(item.field(name).type)
                                              for name in ("role", "content")))
+
+
+def is_pair_type(column_type: pa.DataType) -> bool:
+    """Pairs of texts (a classify or score row: [query, document]): a list of strings."""
+    if not (pa.types.is_list(column_type) or pa.types.is_large_list(column_type)
+            or pa.types.is_fixed_size_list(column_type)):
+        return False
+    return _is_string(column_type.value_type)
 
 
 def text_values(column: pa.Array | pa.ChunkedArray) -> tuple[list[str | None], dict[int, str]]:

@@ -45,8 +45,13 @@ def test_barge_help_and_submit_dry_runs_load_no_torch(tmp_path):
     batch.write_text(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
                                  "body": {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}],
                                           "response_format": {"type": "json_object"}}}) + "\n")
+    pq.write_table(pa.table({"q": ["a barge"], "d": ["a boat"]}), tmp_path / "pairs.parquet")
     runs = {
         "help": "from cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
+        # a score job's checks: its params as ScoreParams, the model's scorer from config.json
+        "score": f"from cli.main import main\nassert main(['submit', '--mode', 'score', '--model', 'minilm', '--input', "
+                 f"'{tmp_path / 'pairs.parquet'}', '--output', '{tmp_path / 'out3'}', '--param', 'query_column=q', "
+                 f"'--param', 'document_column=d', '--dry-run']) == 0",
         "embed": f"from cli.main import main\nassert main(['submit', '--model', 'minilm', '--input', "
                  f"'{tmp_path / 'corpus.parquet'}', '--output', '{tmp_path / 'out'}', '--dry-run']) == 0",
         "openai batch": f"from cli.main import main\nassert main(['submit', '--input', '{batch}', '--output', "

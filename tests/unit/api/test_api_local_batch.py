@@ -60,3 +60,20 @@ def test_dry_run_counts_the_distinct_per_line_params():
              for i in range(4)]
     parsed = parse_batch("".join(json.dumps(line) + "\n" for line in lines).encode(), CHAT, {"smollm2": "generate"})
     assert describe_requests(parsed).endswith("params {'params_column': 'params'} (2 distinct sets of per-line params)")
+
+
+def test_dry_run_of_a_rerank_file_shows_a_score_job_of_one_row_per_document(tmp_path, capsys, monkeypatch):
+    # Given a registered one-label sequence classifier (a cross-encoder: config.json alone, no weights read)
+    (tmp_path / "reranker").mkdir()
+    (tmp_path / "reranker" / "config.json").write_text(json.dumps(
+        {"architectures": ["BertForSequenceClassification"], "id2label": {"0": "LABEL_0"}}))
+    monkeypatch.setenv("BARGE_MODELS", f"reranker={tmp_path / 'reranker'}")
+    monkeypatch.setenv("BARGE_DATA_DIR", str(tmp_path / "data"))
+    source = write_lines(tmp_path / "r.jsonl", *[
+        {"custom_id": str(i), "method": "POST", "url": "/v1/rerank",
+         "body": {"model": "reranker", "query": "q", "documents": ["a", "b", "c"], "top_n": 1}} for i in range(2)])
+    # When it is submitted with --dry-run, then the score job is shown and nothing is queued
+    assert main(["submit", "--input", source, "--output", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert ("2 requests (6 rows) to /v1/rerank; the job: mode score, model 'reranker', params "
+            "{'query_column': 'input', 'document_column': 'document'}\n") in capsys.readouterr().out
+    assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()

@@ -35,3 +35,14 @@ def test_the_kv_cache_dtype_maps_to_the_spec_and_is_refused_off_generate():
     with pytest.raises(JobSpecError) as refused:
         submitted_spec(_parser().parse_args(REQUIRED + ["--kv-cache-dtype", "fp8"]))
     assert refused.value.field == "kv_cache_dtype"
+
+
+def test_a_score_jobs_params_parse_as_json_or_else_as_the_text_given():
+    spec = submitted_spec(_parser().parse_args(REQUIRED + [
+        "--mode", "score", "--param", "query_column=q", "--param", 'document_column="d"',
+        "--param", "group_column=query_id", "--param", "top_n=10", "--param", "instruction=Find: the answer"]))
+    assert (spec.mode, spec.params) == ("score", {"query_column": "q", "document_column": "d",
+                                                  "group_column": "query_id", "top_n": 10,
+                                                  "instruction": "Find: the answer"})
+    classify = submitted_spec(_parser().parse_args(REQUIRED + ["--mode", "classify", "--param", "all_scores=true"]))
+    assert classify.params == {"all_scores": True}

@@ -39,12 +39,13 @@ def _messages_file(path):
     return str(path)
 
 
-def test_a_column_of_chat_messages_is_a_generate_jobs_input_only(tmp_path):
+def test_a_column_of_chat_messages_is_no_embed_jobs_input(tmp_path):
+    """Generate renders messages as prompts; classify and score (a reward model) take them too."""
     from jobs.validate import check_job
     source = _messages_file(tmp_path / "chat.parquet")
     check_job(JobSpec(mode="generate", model="smollm2", input=source, output=str(tmp_path / "g"),
                       input_column="messages"))
-    with pytest.raises(JobSpecError, match="only a generate job takes messages") as refused:
+    with pytest.raises(JobSpecError, match="only generate, classify and score jobs take messages") as refused:
         check_job(JobSpec(mode="embed", model="minilm", input=source, output=str(tmp_path / "e"),
                           input_column="messages"))
     assert refused.value.field == "input_column"

@@ -57,10 +57,30 @@ def test_transcribe():
     ("embed", ID, None, "embed needs dimensions"),
     ("embed", ID, 0, "embed needs dimensions"),
     ("generate", ID, 8, "dimensions applies only to embed"),
-    ("classify", ID, None, "mode 'classify' is not one of"),
+    ("translate", ID, None, "mode 'translate' is not one of"),
     ("generate", pa.field("text", pa.string()), None, "id column name 'text' clashes"),
     ("embed", pa.field("error", pa.string()), 4, "id column name 'error' clashes"),
+    ("score", pa.field("score", pa.float64()), None, "id column name 'score' clashes"),
 ])
 def test_bad_arguments_name_the_value(mode, id_field, dimensions, problem):
     with pytest.raises(ValueError, match=problem):
         output_schema(mode, id_field, dimensions=dimensions)
+
+
+def test_classify_has_the_best_label_its_score_and_the_labels_over_the_threshold():
+    schema = output_schema("classify", ID)
+    assert schema == pa.schema([("doc_id", pa.int64()), ("label", pa.string()), ("score", pa.float64()),
+                                ("labels", pa.list_(pa.string())), ("num_tokens", pa.int32()), ("error", pa.string())])
+
+
+def test_classify_with_all_scores_adds_every_labels_score_before_num_tokens():
+    schema = output_schema("classify", ID, all_scores=True)
+    assert schema.names == ["doc_id", "label", "score", "labels", "scores", "num_tokens", "error"]
+    assert schema.field("scores").type == pa.list_(pa.struct([("label", pa.string()), ("score", pa.float64())]))
+    with pytest.raises(ValueError, match="all_scores applies only to classify"):
+        output_schema("score", ID, all_scores=True)
+
+
+def test_score_has_the_score_and_the_tokens_it_cost():
+    assert output_schema("score", pa.field("pair_id", pa.string())) == pa.schema([
+        ("pair_id", pa.string()), ("score", pa.float64()), ("num_tokens", pa.int32()), ("error", pa.string())])
