@@ -43,8 +43,20 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/barge demo
 
+# The suite runs in parallel (pytest-xdist, TEST_WORKERS processes; most tests wait on
+# worker processes, model loads and services, so more processes than cores pays), then
+# the few marked `serial` alone: they stop a service every other test shares. Every test
+# isolates what it shares: its own data dir, PostgreSQL database or schema, broker
+# namespace and ports. The wall time is printed with the machine's core count.
+TEST_WORKERS ?= 4
+PYTEST_ARGS ?=
+
 test: setup
-	$(BIN)/python -m pytest -q
+	@start=$$(date +%s); \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
+	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS); serial=$$?; \
+	echo "make test: the whole suite in $$(( $$(date +%s) - start )) s of wall time on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"; \
+	[ $$parallel -eq 0 ] && { [ $$serial -eq 0 ] || [ $$serial -eq 5 ]; }   # 5: PYTEST_ARGS chose no serial test
 
 clean:
 	rm -rf $(VENV)

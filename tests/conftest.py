@@ -42,3 +42,24 @@ def _no_s3_client_outlives_its_test():
     s3fs = sys.modules.get("s3fs")
     if s3fs is not None:
         s3fs.S3FileSystem.clear_instance_cache()
+
+
+_DURATIONS = {"path": None}
+
+
+def pytest_configure(config):
+    # the xdist controller (or a plain run) writes the log; an xdist worker's reports reach it
+    if not hasattr(config, "workerinput"):
+        _DURATIONS["path"] = os.environ.get("BARGE_TEST_DURATIONS")
+    else:
+        # make test's parallel run: several test processes share the cores, so each
+        # computes its references on one thread rather than spin against the others
+        torch.set_num_threads(1)
+
+
+def pytest_runtest_logreport(report):
+    """With BARGE_TEST_DURATIONS=FILE, each test's phases of a second or more append
+    "seconds phase nodeid" to FILE as they end: the slow tests, seen while a run goes on."""
+    if _DURATIONS["path"] and report.duration >= 1.0:
+        with open(_DURATIONS["path"], "a") as log:
+            log.write(f"{report.duration:8.1f} {report.when:8} {report.nodeid}\n")

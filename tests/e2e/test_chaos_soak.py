@@ -24,6 +24,7 @@ SEED = 27
 
 @pytest.mark.postgres
 @pytest.mark.rabbitmq
+@pytest.mark.serial   # stops and starts the machine's PostgreSQL, RabbitMQ and Redis
 @pytest.mark.skipif(not services.can_control_services(),
                     reason="needs root and the local PostgreSQL, RabbitMQ and Redis to stop and start")
 def test_a_short_chaos_soak_loses_nothing_duplicates_nothing_and_strands_nothing(tmp_path):

@@ -181,6 +181,7 @@ def postgres_outage_at(flag: Path, timeout_s: float = 120) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.serial   # stops the machine's PostgreSQL: no other test may run meanwhile
 @pytest.mark.skipif(not PG_VERSION or os.geteuid() != 0, reason="needs the local PostgreSQL cluster and root")
 @pytest.mark.parametrize("point", POINTS)
 def test_postgres_stopped_at_each_point_leaves_no_dead_end(tmp_path, point):
