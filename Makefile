@@ -44,7 +44,8 @@ demo: setup
 	$(BIN)/barge demo
 
 # The suite runs in parallel (pytest-xdist, TEST_WORKERS processes; most tests wait on
-# worker processes, model loads and services, so more processes than cores pays), then
+# worker processes, model loads and services, so more processes than cores pays; an idle
+# process steals queued tests from a busy one, so the slow tail ends together), then
 # the few marked `serial` alone: they stop a service every other test shares. Every test
 # isolates what it shares: its own data dir, PostgreSQL database or schema, broker
 # namespace and ports. The wall time is printed with the machine's core count.
@@ -53,7 +54,7 @@ PYTEST_ARGS ?=
 
 test: setup
 	@start=$$(date +%s); \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
 	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS); serial=$$?; \
 	echo "make test: the whole suite in $$(( $$(date +%s) - start )) s of wall time on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"; \
 	[ $$parallel -eq 0 ] && { [ $$serial -eq 0 ] || [ $$serial -eq 5 ]; }   # 5: PYTEST_ARGS chose no serial test
