@@ -56,9 +56,10 @@ def _rerank_pairs(body: dict) -> ScorePairs:
     query = _query(body.get("query"), "query")
     documents = _documents(body.get("documents"), "documents")
     top_n = body.get("top_n")
-    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
-        raise BadPairs("invalid_value", f"top_n must be a positive integer (leave it out for every document), "
+    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
+        raise BadPairs("invalid_value", f"top_n must be an integer >= 0 (0 or left out: every document), "
                                         f"got {shown(top_n)}", "body.top_n")
+    top_n = top_n or None   # 0 means every document, as vLLM's /v1/rerank reads it
     return_documents = body.get("return_documents", True)   # vLLM's results always carry theirs
     if not isinstance(return_documents, bool):
         raise BadPairs("invalid_value", f"return_documents must be a boolean, got {shown(return_documents)}",

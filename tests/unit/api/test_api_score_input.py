@@ -73,7 +73,6 @@ def test_score_lines_pair_their_texts_as_vllm(text_1, text_2, pairs):
     (rerank(documents=["d", 3]), ("invalid_value", "body.documents[1]")),
     (rerank(documents=[{"text": "d"}]), ("invalid_value", "body.documents[0]")),
     (rerank(documents=["d"] * (MAX_PAIRS_PER_REQUEST + 1)), ("invalid_value", "body.documents")),
-    (rerank(top_n=0), ("invalid_value", "body.top_n")),
     (rerank(top_n=-1), ("invalid_value", "body.top_n")),
     (rerank(top_n=1.5), ("invalid_value", "body.top_n")),
     (rerank(top_n=True), ("invalid_value", "body.top_n")),
@@ -106,7 +105,7 @@ def test_a_bad_score_line_is_refused_on_its_line_naming_the_param(body, expected
 
 
 def test_every_bad_line_is_named_and_the_good_ones_are_not():
-    assert errors_of(line("a"), line("b", url=SCORE), line("a"), line("c", **rerank(top_n=0)), line("d")) == [
+    assert errors_of(line("a"), line("b", url=SCORE), line("a"), line("c", **rerank(top_n=-1)), line("d")) == [
         (2, "mismatched_endpoint", "url"), (3, "duplicate_custom_id", "custom_id"), (4, "invalid_value", "body.top_n")]
 
 
@@ -167,3 +166,7 @@ def test_a_model_is_taken_for_any_mode_it_serves():
     assert isinstance(parse_batch(jsonl(embed), EMBEDDINGS, served), BatchRequests)
     (refused,) = parse_batch(jsonl({**embed, "body": {"model": "reranker", "input": "x"}}), EMBEDDINGS, served)
     assert refused.message == "the model 'reranker' is a model for score and classify, not for /v1/embeddings"
+
+
+def test_a_rerank_top_n_of_zero_answers_every_document_as_vllm():
+    assert parsed(line("a", **rerank(top_n=0))).top_ns == [None]
