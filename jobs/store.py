@@ -248,7 +248,7 @@ class Store(SecretStore, ShardStore, CacheStore, ScheduleStore, RecoveryStore):
             target = JobStatus.RUNNING if self._num_shards(conn, job_id) else JobStatus.QUEUED
             spec = JobSpec.from_dict(json.loads(job.spec))
             self._set_job_status(conn, job, target, error=None, finished_at=None, partial_output_sent_at=None,
-                                 staging_removed_at=None,
+                                 staging_removed_at=None, stalled_notified_at=None,
                                  expires_at=now + spec.expires_after_s if spec.expires_after_s else None,
                                  task_sent_at=now)
             conn.execute(update(tables.shards).where(

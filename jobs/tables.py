@@ -34,6 +34,7 @@ jobs = Table(
                                                          # task that moves it on (plan, finalize) was last sent or began
     Column("staging_removed_at", Float),                 # ended unfinished: its staged files removed past retention
                                                          # (jobs.retention.prune_abandoned_staging; 0017)
+    Column("stalled_notified_at", Float),                # its job.stalled webhook event written (jobs.unserved; 0018)
     Index("ix_barge_jobs_expires_at", "expires_at"),
     Index("ix_barge_jobs_created", "created_at", "id"),                  # listings' keyset (jobs.job_list)
     Index("ix_barge_jobs_status_created", "status", "created_at", "id"),  # the same, filtered by status

@@ -5,7 +5,10 @@ no worker, a worker that never came up, or went away — left the job `running`,
 shards pending, with nothing logged anywhere. The workers' heartbeats (jobs.worker_beats)
 say which models are served: a job with work to do whose model no live worker has
 listed for `after_s` (BARGE_UNSERVED_AFTER_S, 300 s) is unserved, and `barge status`, the
-dashboard's job page and the metric `barge_jobs_unserved` say so.
+dashboard's job page and the metric `barge_jobs_unserved` say so, and a job that asked for
+`job.stalled` (JobSpec.webhook_events) gets that event once (`notify_stalled`, from every
+worker's housekeeper: the first to see the job marks it and writes the event in one
+transaction, so a fleet sends it once). Nothing is re-driven: there is nobody to drive it to.
 """
 
 from __future__ import annotations
@@ -14,12 +17,19 @@ import os
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, select
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Engine, select, update
 
 from jobs import tables
 from jobs.hub_models import queue_key
+from jobs.outbox import OutboxEvent, insert_event
 from jobs.status import JobStatus
 from jobs.worker_beats import WorkerBeats
+from webhooks.events import stalled_event
+
+if TYPE_CHECKING:
+    from jobs.store import Store
 
 UNSERVED_AFTER_S = 300.0
 
@@ -69,3 +79,29 @@ def unserved_jobs(engine: Engine, after_s: float | None = None, now: float | Non
         if seen is None or now - seen > after_s:   # a worker silent for less may yet come back
             found.append(Unserved(job_id, model_key, seen))
     return found
+
+
+def notify_stalled(store: Store, after_s: float | None = None, now: float | None = None) -> list[str]:
+    """Write the job.stalled event of each unserved job that asked for it and has not had
+    it; returns their ids. The mark and the event commit together, and the mark is set
+    only where it was unset, so two housekeepers at once write one event."""
+    now = time.time() if now is None else now
+    job = tables.jobs.c
+    notified = []
+    for unserved in unserved_jobs(store.engine, after_s, now):
+        record = store.get_job(unserved.job_id)
+        spec = record.spec
+        if "job.stalled" not in spec.webhook_events or not spec.webhook_url:
+            continue
+        event = stalled_event(job_id=record.id, status=str(record.status), model=unserved.model_key,
+                              last_served_at=unserved.last_served_at, reason=unserved.describe(now),
+                              metadata=spec.metadata)
+        with store.engine.begin() as conn:
+            marked = conn.execute(update(tables.jobs).where(job.id == record.id, job.stalled_notified_at.is_(None))
+                                  .values(stalled_notified_at=now))
+            if marked.rowcount != 1:
+                continue
+            insert_event(conn, record.id, OutboxEvent(id=event.event_id, type=event.type, url=spec.webhook_url,
+                                                      body=event.body()), now)
+        notified.append(record.id)
+    return notified

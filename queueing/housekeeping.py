@@ -5,7 +5,8 @@ them again, or dead-letter them; send again shards whose message seems lost, the
 partial-manifest task of a job that ended unfinished if its manifest is still unwritten
 long after, and the plan or finalize task of a job stranded in QUEUED, RUNNING with every
 shard finished, or FINALIZING (jobs.recovery_store); refill each running job's window of
-shards on the broker.
+shards on the broker; write the job.stalled webhook event of a job nobody serves that asked
+for it (jobs.unserved).
 
 Every `tidy_s` (10 minutes) a pass also removes leftovers (`tidy`): the staged input files
 of jobs that ended unfinished more than BARGE_STAGING_RETENTION_S ago, and the heartbeat
@@ -18,6 +19,7 @@ import threading
 import time
 
 from jobs.retention import prune_abandoned_staging
+from jobs.unserved import notify_stalled
 from jobs.status import JobStatus, ShardStatus
 from jobs.worker_beats import WorkerBeats
 from jobs.messaging import CONTROL_QUEUE, FINALIZE_JOB, PLAN_JOB, WRITE_PARTIAL_OUTPUT
@@ -55,6 +57,8 @@ def housekeep(runtime: Runtime) -> None:
         store.touch_task(job_id)
     for job_id in store.running_job_ids():
         runtime.refill_window(job_id)
+    for job_id in notify_stalled(store):
+        log.warning("job %s: no live worker serves its model; its job.stalled webhook event is written", job_id)
 
 
 def tidy(runtime: Runtime) -> None:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 FINAL_EVENT_TYPES = ("job.succeeded", "job.failed", "job.cancelled", "job.expired")
-# Sent only to jobs that ask for them (JobSpec.webhook_events): they are many per job.
-OPT_IN_EVENT_TYPES = ("job.progress", "shard.completed")
+# Sent only to jobs that ask for them (JobSpec.webhook_events): many per job, or (job.stalled,
+# at most once per job) news that only some submitters act on.
+OPT_IN_EVENT_TYPES = ("job.progress", "shard.completed", "job.stalled")
 EVENT_TYPES = FINAL_EVENT_TYPES + OPT_IN_EVENT_TYPES
 PAYLOAD_VERSION = 1
 
@@ -110,6 +111,21 @@ def progress_event(
         "metadata": dict(metadata or {}),
     }
     return _new_event("job.progress", job_id, data)
+
+
+def stalled_event(*, job_id: str, status: str, model: str, last_served_at: float | None, reason: str,
+                  metadata: dict | None) -> WebhookEvent:
+    """``job.stalled``: the job has work to do and no live worker serves its model
+    (jobs.unserved); sent once per job, the first time a housekeeper sees it so."""
+    data = {
+        "job_id": job_id,
+        "status": status,
+        "model": model,
+        "last_served_at": last_served_at,   # unix seconds of the last beat of a worker serving it; None: never
+        "reason": reason,
+        "metadata": dict(metadata or {}),
+    }
+    return _new_event("job.stalled", job_id, data)
 
 
 def _new_event(type: str, job_id: str, data: dict) -> WebhookEvent:

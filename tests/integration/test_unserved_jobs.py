@@ -20,8 +20,9 @@ from jobs import tables
 from jobs.api_keys import ApiKeys
 from jobs.client import Client
 from jobs.settings import Settings
+from jobs.status import JobStatus
 from jobs.unserved import unserved_jobs
-from jobs.worker_beats import WorkerBeat, WorkerBeats
+from jobs.worker_beats import WorkerBeat, WorkerBeats, workers
 from tests.integration.test_store import new_job, postgres_url, store, store_url  # noqa: F401 - fixtures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,3 +73,48 @@ def test_a_job_nobody_serves_says_so_where_an_operator_looks(store, tmp_path):
     from queueing.metrics import WorkerMetrics
     metrics = WorkerMetrics(unserved_jobs=lambda: len(unserved_jobs(store.engine, after_s=300)))
     assert "barge_jobs_unserved 1.0" in generate_latest(metrics.registry).decode()
+
+
+def test_a_job_nobody_serves_that_asked_gets_one_signed_job_stalled_event(store):
+    """job.stalled is written once per job, however many housekeepers look, only for a job
+    that asked, and is delivered signed like any event; a retried job may stall again."""
+    from jobs.unserved import notify_stalled
+    from queueing.dispatch import deliver_event
+    from tests.support.receiver import WebhookReceiver
+    from webhooks.retry import RetryPolicy
+    from webhooks.signing import verify
+
+    with WebhookReceiver() as receiver:
+        asked = new_job(store, webhook_url=receiver.url, webhook_events=["job.stalled"], metadata={"run": 7})
+        silent = new_job(store, webhook_url=receiver.url)
+        young = new_job(store, webhook_url=receiver.url, webhook_events=["job.stalled"])
+        for job_id in (asked, silent):
+            aged(store, job_id, 900)
+        assert notify_stalled(store, after_s=300) == [asked]
+        assert notify_stalled(store, after_s=300) == []          # a second housekeeper, or the next pass
+        [event] = store.outbox.events(asked)
+        assert event.type == "job.stalled"
+        assert not store.outbox.events(silent) and not store.outbox.events(young)
+
+        policy = RetryPolicy(base_s=0.05, cap_s=0.2, max_attempts=3, connect_timeout_s=1.0, read_timeout_s=2.0)
+        assert deliver_event(store, event.id, policy, allow_hosts=("127.0.0.1",)) is True
+        [(headers, body)] = receiver.wait_for(1)
+        payload = verify(["whsec_test"], headers, body)
+        assert payload["type"] == "job.stalled" and payload["data"]["job_id"] == asked
+        assert payload["data"]["model"] == "all-MiniLM-L6-v2" and payload["data"]["last_served_at"] is None
+        assert "no live worker serves model all-MiniLM-L6-v2" in payload["data"]["reason"]
+        assert payload["data"]["metadata"] == {"run": 7}
+
+        # A worker that starts serving the model: the job is no longer unserved, nothing more is sent.
+        WorkerBeats(store.engine).beat(WorkerBeat(id="gpu-1:7", models=["all-MiniLM-L6-v2"],
+                                                  started_at=time.time(), heartbeat_at=time.time()))
+        aged(store, young, 900)
+        assert notify_stalled(store, after_s=300) == []
+
+        # Cancelled and retried, and the worker gone: its next stall is news again (and young's first).
+        assert store.finish_job(asked, JobStatus.CANCELLED)
+        store.retry_job(asked)
+        with store.engine.begin() as conn:
+            conn.execute(update(workers).values(heartbeat_at=time.time() - 3600))
+        assert sorted(notify_stalled(store, after_s=300)) == sorted([asked, young])
+        assert [e.type for e in store.outbox.events(asked)] == ["job.stalled", "job.stalled"]

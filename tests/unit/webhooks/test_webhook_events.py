@@ -26,7 +26,7 @@ def succeeded_event(**overrides):
 
 def test_event_types():
     assert EVENT_TYPES == ("job.succeeded", "job.failed", "job.cancelled", "job.expired",
-                           "job.progress", "shard.completed")
+                           "job.progress", "shard.completed", "job.stalled")
 
 
 def test_job_event_fields():
