@@ -97,7 +97,7 @@ def _submit(args) -> int:
         return _submit_openai(args)
     if args.dry_run:
         from jobs.dry_run import dry_run
-        print(dry_run(submitted_spec(args)).describe())
+        print(dry_run(submitted_spec(args), Client().resolve_model).describe())
         return 0
     job = Client().submit(submitted_spec(args))
     print(f"job {job.id} queued")

@@ -49,8 +49,11 @@ def model_revision(path: str | Path) -> str:
 def model_identity(model: ModelRef) -> str:
     """What a job's results depend on of its model: a Hub model's commit (and GGUF file),
     so that two revisions never share results even where their files are equal; a
-    local model's files (model_revision)."""
-    return f"hub:{model.key}" if model.pinned else model_revision(model.path)
+    local model's files (model_revision), hashed here or, for a model registered on the
+    workers alone, by the worker that announced it (jobs.model_cards)."""
+    if model.pinned:
+        return f"hub:{model.key}"
+    return model.revision or model_revision(model.path)
 
 
 def _sample_file(digest, path: Path, name: str) -> None:

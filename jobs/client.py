@@ -20,6 +20,8 @@ from jobs.failpoints import failpoint
 from jobs.hosts import check_job_locations
 from jobs.inspection import keep_inspection
 from jobs.job_list import JobList, JobPage
+from jobs.model_cards import submit_model
+from jobs.models import ModelRef
 from jobs.messaging import CONTROL_QUEUE, PLAN_JOB, RESUME_JOB, WRITE_PARTIAL_OUTPUT, celery_app, queue_name
 from jobs.private_files import tighten_data_dir
 from jobs.records import JobProgress
@@ -69,7 +71,7 @@ class Client:
         raises `JobSpecError` naming the field, and nothing is queued. A given `job_id`
         that exists already raises sqlalchemy's IntegrityError (schedules rely on it)."""
         check_job_locations(spec, self.settings)   # many hosts: nothing on this host's disk alone (jobs.hosts)
-        checked = check_job(spec)
+        checked = check_job(spec, self.resolve_model)
         if checked.model.pinned:   # a Hub id: the job stores the commit it resolved to now, for every worker
             spec = replace(spec, model=checked.model.pinned)
         secret = (webhook_secret or generate_secret()) if spec.webhook_url else None
@@ -87,6 +89,11 @@ class Client:
             log.warning("job %s is recorded but its plan task could not be sent (%s); a worker sends it within "
                         "BARGE_REQUEUE_AFTER_S", job_id, redact_text(str(error)))
         return Job(self, job_id, webhook_secret=secret)
+
+    def resolve_model(self, name: str) -> ModelRef:
+        """A model as a submit here checks it: registered on this host, else announced by a
+        worker (jobs.model_cards: a name registered on the workers alone), else a folder or Hub id."""
+        return submit_model(name, self.store.engine, self.settings.data_dir / "model-cards")
 
     def plan(self, job_id: str) -> None:
         """Queue a QUEUED job's planning (again: planning a job twice plans it once)."""

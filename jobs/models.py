@@ -33,6 +33,8 @@ class ModelRef:
                 # validation reads (jobs.hub_models.SUBMIT_FILES), or the GGUF file it names,
                 # not fetched here
     pinned: str | None = None   # a Hub model: its id at the resolved commit, which a job stores
+    revision: str | None = None  # a model known here only by a worker's card (jobs.model_cards): its files'
+                                 # hash as that worker computed it; `path` then holds its configs alone
 
 
 def _builtin_models() -> dict[str, str]:

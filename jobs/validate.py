@@ -7,6 +7,7 @@ Only Parquet footers are read; a refused job costs no GPU time."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,9 +38,12 @@ class CheckedJob:
     output_schema: pa.Schema
 
 
-def check_job(spec: JobSpec) -> CheckedJob:
+def check_job(spec: JobSpec, resolve: Callable[[str], ModelRef] | None = None) -> CheckedJob:
+    """`resolve`: how this host names models (the client's also reads workers' cards,
+    jobs.model_cards); by default, resolve_model without weights."""
     try:
-        model = resolve_model(spec.model, weights=False)   # a Hub model's weights are the workers' to fetch
+        # A Hub model's weights are the workers' to fetch.
+        model = resolve(spec.model) if resolve else resolve_model(spec.model, weights=False)
     except ValueError as exc:
         raise JobSpecError("model", str(exc).removeprefix("model: ")) from None
     try:

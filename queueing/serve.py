@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from celery.signals import worker_shutting_down
 
+from jobs.model_cards import announce
 from jobs.models import model_mode, resolve_model
 from jobs.private_files import tighten_data_dir
 from jobs.settings import Settings
@@ -70,6 +71,8 @@ def serve(models: list[str], *, settings: Settings | None = None, loglevel: str 
         runtime.models[ref.key] = ref
         if preload:   # load now, not on the first shard: a broken model fails the worker at start
             runtime.engine_for(EngineKey(ref.key, model_mode(ref.path)))
+    # A registered name may be known on the workers alone: a submit elsewhere checks it by its card.
+    announce(store.engine, list(models), runtime.worker_id)
     if options.pipeline_depth > 0:
         from queueing.pipeline import ShardPipeline
         runtime.pipeline = ShardPipeline(runtime, depth=options.pipeline_depth)
