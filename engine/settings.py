@@ -1,6 +1,7 @@
 """model_settings: what a loaded model runs on — dtype, device, quantization — read from
 the model itself, so a pre-quantized checkpoint reports FP8 whatever was asked for.
-Each mode engine adds its own limits to these (Engine.settings). default_dtype: what a
+Each mode engine adds its own limits to these (Engine.settings; encoder_settings for the
+encoders). default_dtype: what a
 model loads in when the caller names no dtype."""
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ def model_settings(model: nn.Module) -> dict:
                 "quantization": quantization_of(model)}
     if device.type == "cuda":
         settings["device_name"] = torch.cuda.get_device_name(device)
+    return settings
+
+
+def encoder_settings(model: nn.Module, max_batch_tokens: int, max_seq_length: int, num_ooms: int) -> dict:
+    """An encoder engine's (embed, classify): the model's settings and its batch limits;
+    `num_oom_retries` once an out-of-memory has lowered `max_batch_tokens` (engine.oom)."""
+    settings = {**model_settings(model), "max_batch_tokens": max_batch_tokens, "max_seq_length": max_seq_length}
+    if num_ooms:
+        settings["num_oom_retries"] = num_ooms
     return settings
 
 

@@ -39,7 +39,7 @@ from engine.models.families import MODEL_TYPES
 from engine.oom import OOM_ROW_ERROR, OomGuard
 from engine.quant.checkpoint import load_fp8_state
 from engine.quant.config import fp8_config_of_folder
-from engine.settings import model_settings
+from engine.settings import encoder_settings
 from engine.step_stats import StepObserver, StepStats, notify
 
 # Rows are tokenized in chunks on a background thread while the model runs the chunk
@@ -113,11 +113,7 @@ class Embedder:
 
     @property
     def settings(self) -> dict:
-        settings = {**model_settings(self.model), "max_batch_tokens": self.max_batch_tokens,
-                    "max_seq_length": self.config.max_seq_length}
-        if self.oom_guard.num_ooms:   # the budget above is the lowered one
-            settings["num_oom_retries"] = self.oom_guard.num_ooms
-        return settings
+        return encoder_settings(self.model, self.max_batch_tokens, self.config.max_seq_length, self.oom_guard.num_ooms)
 
     def embed(self, texts: list, params: EmbedParams) -> np.ndarray:
         """[len(texts), dimensions or embedding_dim] of params.output_dtype; raises on the first bad row."""

@@ -30,7 +30,7 @@ from engine.score.outputs import ClassifyResult, ScoreOutput
 from engine.score.params import ClassifyParams, ScoreParams
 from engine.score.rows import Row, RowError, as_row, pair_error
 from engine.score.tokenizer import Encoded, ScoreTokenizer
-from engine.settings import model_settings
+from engine.settings import encoder_settings
 from engine.step_stats import StepObserver, StepStats, notify
 
 Logits = np.ndarray     # [num_labels] float32, one row's
@@ -60,11 +60,7 @@ class Classifier:
 
     @property
     def settings(self) -> dict:
-        settings = {**model_settings(self.model), "max_batch_tokens": self.max_batch_tokens,
-                    "max_seq_length": self.config.max_seq_length}
-        if self.oom_guard.num_ooms:   # the budget above is the lowered one
-            settings["num_oom_retries"] = self.oom_guard.num_ooms
-        return settings
+        return encoder_settings(self.model, self.max_batch_tokens, self.config.max_seq_length, self.oom_guard.num_ooms)
 
     def classify(self, rows: Sequence, params: ClassifyParams) -> list[ClassifyResult]:
         """One ClassifyResult per row, in input order. A row is a text, a (text, text_pair)
