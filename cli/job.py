@@ -37,7 +37,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--id-column")
     submit.add_argument("--webhook-url")
     submit.add_argument("--webhook-event", action="append", default=[], dest="webhook_events",
-                        help="opt-in event: job.progress or shard.completed (repeatable)")
+                        help="opt-in event: job.progress, shard.completed or job.stalled (repeatable)")
     submit.add_argument("--expires-after", type=float, metavar="SECONDS", help="expire the job if unfinished by then")
     submit.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
                         help="e.g. dimensions=256, query_column=q (a value that is not JSON is a string)")
