@@ -38,7 +38,7 @@ from tests.integration.s3server import S3Server
 from tests.support.hosts import Host, can_isolate
 from tests.support.receiver import WebhookReceiver
 from tests.support.speech import ALSA_DIR
-from tests.support.stack import RABBITMQ_URL, _admin_sql, free_port, wait_until
+from tests.support.stack import RABBITMQ_URL, _admin_sql, _delete_queues, free_port, wait_until
 
 pytestmark = pytest.mark.postgres
 NUM_DOCS = 40
@@ -111,6 +111,7 @@ def deployment(tmp_path):
         try:
             yield hosts, s3, fs
         finally:
+            _delete_queues({**shared, "BARGE_DATA_DIR": str(tmp_path / "admin")})
             _admin_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
