@@ -185,3 +185,33 @@ def test_a_score_job_ranks_each_querys_documents_and_reruns_from_the_cache(tmp_p
     assert (rerun_state.rows_reused, rerun_state.rows_computed) == (num_rows - 1, 1)   # the null row again
     assert rerun.results().sort_by("pair_id").equals(table.sort_by("pair_id"))
     assert (tmp_path / "rerun" / "top_n.parquet").read_bytes() == (tmp_path / "out" / "top_n.parquet").read_bytes()
+
+
+def test_a_yes_no_rerank_job_through_a_worker_scores_as_the_engine_does(tmp_path):
+    """A decoder reranker (SmolLM2's GGUF, Qwen3-Reranker's prompt) as a job: every pair
+    once, a null document its row's error, each score the engine's own on the same pairs
+    (which tests/models/test_rerank_smollm2.py holds to transformers), top_n from them."""
+    from engine.score.params import ScoreParams
+    from engine.score.reranker import YesNoReranker
+    from jobs.models import registered_models
+
+    pairs = write_pairs(tmp_path / "all").slice(0, 3 * DOCS_PER_QUERY)     # three queries: a decoder is slow
+    (tmp_path / "pairs").mkdir()
+    pq.write_table(pairs, tmp_path / "pairs" / "part-0.parquet", row_group_size=8)
+    with stack("embedded", tmp_path / "barge") as deployment:
+        deployment.start_worker(model="smollm2")
+        job, state = run_score_job(deployment.client(), tmp_path / "pairs", tmp_path / "out", "smollm2",
+                                   incremental=False)
+        assert state.status == JobStatus.SUCCEEDED, deployment.worker_logs()
+
+    table = job.results().sort_by("pair_id")
+    assert table.column("pair_id").to_pylist() == list(range(pairs.num_rows))
+    errors = table.column("error").to_pylist()
+    assert errors[NULL_DOCUMENT] == "document is null" and errors.count(None) == pairs.num_rows - 1
+    engine = YesNoReranker.load(registered_models()["smollm2"], torch.float32, torch.device("cpu"))
+    rows = [row for row in pairs.to_pylist() if row["d"] is not None]
+    expected = engine.score_pairs([row["q"] for row in rows], [row["d"] for row in rows], ScoreParams())
+    scored = table.filter(pc.is_valid(table.column("score")))
+    np.testing.assert_allclose(scored.column("score").to_pylist(), [output.score for output in expected],
+                               atol=TOLERANCE, rtol=0)
+    assert pq.read_table(tmp_path / "out" / "top_n.parquet").to_pylist() == expected_top_n(scored)
