@@ -23,12 +23,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     pull = actions.add_parser("pull", help="fetch models (org/name[@revision][:quant]) into the Hub cache")
     pull.add_argument("names", nargs="+", metavar="NAME")
     pull.set_defaults(func=_pull)
-    listing = actions.add_parser("list", help="registered models and the Hub cache's models")
+    listing = actions.add_parser("list", help="registered models, those workers announced, and the Hub cache's")
     listing.set_defaults(func=_list)
 
 
 def _pull(args) -> int:
-    from jobs.models import model_mode, resolve_model
+    from jobs.models import model_modes, resolve_model
     status = 0
     for name in args.names:
         try:
@@ -38,15 +38,18 @@ def _pull(args) -> int:
             status = 2
             continue
         commit = f" at {ref.pinned.partition('@')[2]}" if ref.pinned else ""
-        print(f"{name}{commit}: {model_mode(ref.path)} model, {_size(ref.path)} in {ref.path}")
+        first, *also = model_modes(ref.path)
+        modes = f"{first} model" + (f" (also {', '.join(also)})" if also else "")
+        print(f"{name}{commit}: {modes}, {_size(ref.path)} in {ref.path}")
     return status
 
 
 def _list(args) -> int:
-    from jobs.models import model_mode, registered_models
+    from jobs.models import model_modes, registered_models
     print("registered models:")
     for name, path in sorted(registered_models().items()):
-        print(f"  {name:<28} {_mode_of(model_mode, path):<11} {path}")
+        print(f"  {name:<28} {_mode_of(model_modes, path):<20} {path}")
+    _list_cards()
     from huggingface_hub import constants, scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
     try:
@@ -59,8 +62,8 @@ def _list(args) -> int:
         for revision in sorted(repo.revisions, key=lambda r: r.commit_hash):
             refs = ",".join(sorted(revision.refs)) or "-"
             path = _model_path(repo.repo_id, revision)
-            mode = _mode_of(model_mode, path) if path else "-"
-            print(f"  {repo.repo_id + '@' + revision.commit_hash[:12]:<52} {refs:<20} {mode:<11} "
+            mode = _mode_of(model_modes, path) if path else "-"
+            print(f"  {repo.repo_id + '@' + revision.commit_hash[:12]:<52} {refs:<20} {mode:<20} "
                   f"{revision.size_on_disk_str:>9}")
     return 0
 
@@ -75,12 +78,28 @@ def _model_path(repo_id: str, revision) -> str | None:
     return str(revision.snapshot_path / gguf_file) if gguf_file else str(revision.snapshot_path)
 
 
-def _mode_of(model_mode, path: str) -> str:
+def _list_cards() -> None:
+    """The names workers announced to the store (jobs.model_cards): what a submit here can
+    name without holding the model."""
+    import time
+
+    from jobs.model_cards import list_cards
+    from jobs.settings import Settings
+    from jobs.store import Store
+    store = Store(Settings.from_env().database_url)
+    store.migrate()
+    cards = list_cards(store.engine)
+    print("announced by workers:" if cards else "announced by workers: none")
+    for card in cards:
+        print(f"  {card.name:<28} key {card.key:<28} by {card.announced_by} {time.time() - card.announced_at:.0f} s ago")
+
+
+def _mode_of(model_modes, path: str) -> str:
     from jobs.models import is_model
-    if not is_model(path):   # model_mode knows a .gguf by its name alone
+    if not is_model(path):   # model_modes knows a .gguf by its name alone
         return "-"
     try:
-        return model_mode(path)
+        return ",".join(model_modes(path))
     except (OSError, ValueError):
         return "-"
 

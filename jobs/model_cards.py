@@ -102,8 +102,15 @@ def announce(engine: Engine, names: list[str], worker_id: str, env: dict[str, st
 def find_card(engine: Engine, name: str) -> ModelCard | None:
     with engine.connect() as conn:
         row = conn.execute(select(model_cards).where(model_cards.c.name == name)).first()
-    if row is None:
-        return None
+    return None if row is None else _card(row)
+
+
+def list_cards(engine: Engine) -> list[ModelCard]:
+    with engine.connect() as conn:
+        return [_card(row) for row in conn.execute(select(model_cards).order_by(model_cards.c.name))]
+
+
+def _card(row) -> ModelCard:
     return ModelCard(name=row.name, key=row.key, file_name=row.file_name, files=json.loads(row.files),
                      revision=row.revision, announced_by=row.announced_by, announced_at=row.announced_at)
 

@@ -87,8 +87,8 @@ def test_pull_fetches_only_the_files_the_model_needs(hub, tmp_path):
     assert offline.returncode == 0 and MAIN in offline.stdout, offline.stderr
     listed = barge(hub_env(hub, tmp_path / "home", HF_HUB_OFFLINE="1"), "models", "list")
     cached = [line.split() for line in listed.stdout.splitlines() if line.strip().startswith(MINILM)]
-    assert [line[:3] for line in cached] == [[f"{MINILM}@{MAIN[:12]}", "main", "embed"]], listed.stdout
-    assert any(line.split()[:2] == ["minilm", "embed"] for line in listed.stdout.splitlines()), "registered too"
+    assert [line[:3] for line in cached] == [[f"{MINILM}@{MAIN[:12]}", "main", "embed,score"]], listed.stdout
+    assert any(line.split()[:2] == ["minilm", "embed,score"] for line in listed.stdout.splitlines()), "registered too"
 
 
 def test_one_named_gguf_quantization_is_fetched_and_none_named_is_refused(hub, tmp_path):

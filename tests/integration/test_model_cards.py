@@ -16,7 +16,7 @@ import pytest
 from jobs import JobSpec, JobSpecError
 from jobs.cache_keys import cache_namespace, model_revision
 from jobs.client import Client
-from jobs.model_cards import announce, find_card
+from jobs.model_cards import announce, find_card, list_cards
 from jobs.models import registered_models
 from jobs.settings import Settings
 from storage.manifest import decode_schema
@@ -55,6 +55,7 @@ def test_a_name_registered_on_a_worker_alone_is_submitted_by_its_card(store, cli
 
     assert announce(store.engine, ["team-embedder", "team-llm", "minilm-path-only", str(folder)], "gpu-1:7",
                     worker_env) == ["team-embedder", "team-llm"]          # paths are every host's to resolve
+    assert [card.name for card in list_cards(store.engine)] == ["team-embedder", "team-llm"]
     card = find_card(store.engine, "team-embedder")
     assert card.key == "team-embedder" and card.revision == model_revision(folder)
     assert "config.json" in card.files and "1_Pooling/config.json" in card.files
