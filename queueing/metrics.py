@@ -110,6 +110,9 @@ class WorkerMetrics:
                                    "to be recomputed later (generate).", labels, registry=r)
         self.prefix_hits = Counter("barge_prefix_cache_hit_tokens", "Prompt tokens taken from the prefix cache "
                                    "instead of computed (generate).", labels, registry=r)
+        self.prefill_tokens = Counter("barge_prefill_tokens", "Prompt tokens computed, again after a preemption "
+                                      "(generate; with barge_prefix_cache_hit_tokens, every prompt token admitted).",
+                                      labels, registry=r)
 
     def observe_engine(self, engine: "Engine", model: str, mode: str) -> None:
         """Record every step of a loaded engine under {model, mode} (model: the model key)."""
@@ -176,6 +179,7 @@ class _StepRecorder:
         self.occupancy = metrics.batch_occupancy.labels(*self.labels)
         self.preemptions = metrics.preemptions.labels(*self.labels)
         self.prefix_hits = metrics.prefix_hits.labels(*self.labels)
+        self.prefill_tokens = metrics.prefill_tokens.labels(*self.labels)
         self.gauges: dict[str, Gauge] | None = None   # field of StepStats -> its gauge's child
 
     def __call__(self, stats: "StepStats") -> None:
@@ -187,6 +191,8 @@ class _StepRecorder:
             self.preemptions.inc(stats.num_preemptions)
         if stats.num_prefix_cache_hit_tokens:
             self.prefix_hits.inc(stats.num_prefix_cache_hit_tokens)
+        if stats.num_prefill_tokens:
+            self.prefill_tokens.inc(stats.num_prefill_tokens)
         if self.gauges is None:
             self.gauges = self._bind_gauges(stats)
         for name, gauge in self.gauges.items():

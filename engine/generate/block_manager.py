@@ -8,11 +8,18 @@ A full block whose tokens are computed is registered under its chained hash, so 
 later request with the same prefix takes it instead of recomputing it. A freed block
 keeps its hash and waits in the free list (least recently freed first out); it is
 forgotten only when handed out for new tokens.
+
+Pins: the scheduler pins the block hashes of every waiting request's prompt
+(pin_prefix / unpin_prefix). A free block whose hash is pinned is one a waiting request
+will take from the cache, so eviction passes over it to the least recently freed block
+nobody waits for: a template's blocks outlive the other rows' blocks while rows of that
+template still wait. Pins order eviction and never refuse it: with every free block
+pinned the least recently freed goes, as without pins.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from engine.generate.request import Request
@@ -35,6 +42,8 @@ class BlockManager:
         self.blocks = [Block(block_id) for block_id in range(num_blocks)]
         self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.hash_to_block_id: dict[int, int] = {}
+        self.pinned: Counter[int] = Counter()     # block hash -> waiting requests whose prompt has that block
+        self._pins: dict[int, list[int]] = {}     # request id -> the hashes it pinned
 
     @property
     def num_blocks(self) -> int:
@@ -47,12 +56,25 @@ class BlockManager:
     def num_blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def find_cached_blocks(self, request: Request) -> list[int]:
-        """Leading full blocks of the request already in the cache. The last token is never
-        taken from the cache: its logits are needed to sample the first output token."""
+    def cacheable_block_hashes(self, request: Request) -> list[int]:
+        """Hashes of the request's leading full blocks that it may take from the cache (none
+        when it may not use the cache). The last token is never taken from the cache: its
+        logits are needed to sample the first output token."""
         if not (self.enable_prefix_caching and request.uses_prefix_cache):
             return []
-        hashes = self._block_hashes(request, (request.num_tokens - 1) // self.block_size)
+        return self._block_hashes(request, (request.num_tokens - 1) // self.block_size)
+
+    def uncomputed_block_hashes(self, request: Request) -> list[int]:
+        """Hashes of the full blocks of the request's tokens it has still to compute: what
+        the cache will hold once it catches up."""
+        if not self.enable_prefix_caching:
+            return []
+        first = request.num_computed_tokens // self.block_size
+        return self._block_hashes(request, request.num_tokens // self.block_size)[first:]
+
+    def find_cached_blocks(self, request: Request) -> list[int]:
+        """Leading full blocks of the request already in the cache (of cacheable_block_hashes)."""
+        hashes = self.cacheable_block_hashes(request)
         hits = []
         for index, block_hash in enumerate(hashes):
             block_id = self.hash_to_block_id.get(block_hash)
@@ -87,6 +109,21 @@ class BlockManager:
                 self.free_block_ids[block_id] = None
         request.block_ids = []
 
+    def pin_prefix(self, request: Request) -> None:
+        """Keep the request's cacheable blocks from eviction while it waits (see Pins)."""
+        hashes = self.cacheable_block_hashes(request)
+        if hashes:
+            self._pins[request.request_id] = hashes
+            self.pinned.update(hashes)
+
+    def unpin_prefix(self, request: Request) -> None:
+        hashes = self._pins.pop(request.request_id, None)
+        if hashes:
+            self.pinned.subtract(hashes)
+            for block_hash in hashes:
+                if self.pinned[block_hash] <= 0:
+                    del self.pinned[block_hash]
+
     def cache_full_blocks(self, request: Request) -> None:
         """Register the request's full, computed blocks under their hashes."""
         if not self.enable_prefix_caching:
@@ -106,13 +143,26 @@ class BlockManager:
         block.ref_count += 1
 
     def _take_fresh(self) -> int:
-        block_id, _ = self.free_block_ids.popitem(last=False)
+        block_id = self._next_victim()
+        del self.free_block_ids[block_id]
         block = self.blocks[block_id]
         if block.hash is not None:          # evict: its contents are about to be overwritten
             del self.hash_to_block_id[block.hash]
             block.hash, block.token_ids = None, ()
         block.ref_count = 1
         return block_id
+
+    def _next_victim(self) -> int:
+        """The least recently freed block that no waiting request has pinned; the least
+        recently freed of all if every free one is pinned. A pinned block passed over goes
+        to the back of the line, so a run of them is stepped over once, not on every call."""
+        for _ in range(len(self.free_block_ids) if self.pinned else 0):
+            block_id = next(iter(self.free_block_ids))
+            block_hash = self.blocks[block_id].hash
+            if block_hash is None or block_hash not in self.pinned:
+                return block_id
+            self.free_block_ids.move_to_end(block_id)
+        return next(iter(self.free_block_ids))
 
     def _block_tokens(self, request: Request, index: int) -> tuple[int, ...]:
         return tuple(request.token_ids[index * self.block_size:(index + 1) * self.block_size])
@@ -121,6 +171,7 @@ class BlockManager:
         """Chained hashes of the first num_blocks full blocks, extended on the request as needed."""
         hashes = request.block_hashes
         while len(hashes) < num_blocks:
-            parent = hashes[-1] if hashes else None
+            # The first block's parent is the adapter: its K/V differ from the base model's.
+            parent = hashes[-1] if hashes else request.adapter_key
             hashes.append(hash((parent, self._block_tokens(request, len(hashes)))))
         return hashes[:num_blocks]

@@ -38,6 +38,10 @@ from engine.generate.token_logprobs import TokenPieces, token_logprobs
 from engine.generate.tokenizer import TextTokenizer
 from engine.gpu_memory import kv_cache_blocks
 from engine.layers.packed_linear import pack_linears
+from engine.lora.adapter import LoraAdapter
+from engine.lora.adapter_config import AdapterError
+from engine.lora.manager import AdapterSource, LoraManager, adapters_per_row
+from engine.lora.options import LoraOptions
 from engine.models.llama import LlamaForCausalLM
 from engine.oom import OomGuard, recover_generate_step
 from engine.settings import model_settings
@@ -58,6 +62,10 @@ class RunStats:
     num_preemptions: int = 0
     seconds: float = 0.0
     num_forced_tokens: int = 0              # of the generated tokens, appended by jump-forward without a step
+    num_prefill_tokens: int = 0             # prompt tokens computed (num_prompt_tokens less the cache's hits,
+                                            # plus any recomputed after a preemption)
+    num_prefill_lower_bound: int = 0        # distinct prefixes of the prompts' tokens (prefix_order.py): the
+                                            # fewest prompt tokens any order computes from an empty cache
 
     @property
     def generated_tokens_per_second(self) -> float:
@@ -73,7 +81,9 @@ class RunStats:
 
 class LLMEngine:
     def __init__(self, model: LlamaForCausalLM, config: DecoderConfig, tokenizer: TextTokenizer,
-                 options: GenerateOptions, dtype: torch.dtype, device: torch.device):
+                 options: GenerateOptions, dtype: torch.dtype, device: torch.device, lora: LoraOptions | None = None):
+        """lora: serve LoRA adapters per request (engine/lora/): the model's linears are wrapped
+        and the scheduler admits at most lora.max_loras adapters into the running batch."""
         self.config, self.tokenizer, self.options = config, tokenizer, options
         max_model_len = min(options.max_model_len or config.max_model_len, config.max_model_len)
         num_blocks = options.num_blocks or kv_cache_blocks(model, config, options, dtype, device, max_model_len)
@@ -81,7 +91,9 @@ class LLMEngine:
         self.max_model_len = min(max_model_len, num_blocks * options.block_size)
         self.block_manager = BlockManager(num_blocks, options.block_size, options.enable_prefix_caching)
         self.scheduler = Scheduler(SchedulerConfig(options.max_num_seqs, options.max_num_batched_tokens,
-                                                   self.max_model_len), self.block_manager)
+                                                   self.max_model_len,
+                                                   prefix_aware_admission=options.prefix_aware_admission),
+                                   self.block_manager)
         # The Triton path gets one dummy block past the real ones: padding rows of a CUDA graph write there.
         use_triton = attention_backend(device) == "triton"
         self.kv_cache_dtype = cache_dtype(options.kv_cache_dtype, dtype)
@@ -92,6 +104,7 @@ class LLMEngine:
                  _dtype_name(self.kv_cache_dtype), num_blocks, options.block_size, num_blocks * options.block_size,
                  num_blocks * bytes_per_block(config, options.block_size, self.kv_cache_dtype) / 2**20)
         self.runner = ModelRunner(model, kv_cache, options.block_size, device)
+        self.lora = self._serve_adapters(lora, model, dtype, device)
         if use_triton and device.type == "cuda" and not options.enforce_eager:
             self.runner.graphs = CudaGraphRunner(model, kv_cache, options.max_num_seqs,
                                                  -(-self.max_model_len // options.block_size),
@@ -111,11 +124,24 @@ class LLMEngine:
 
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype, device: torch.device,
-             options: GenerateOptions | None = None, quantization: str | None = None) -> "LLMEngine":
+             options: GenerateOptions | None = None, quantization: str | None = None,
+             lora: LoraOptions | None = None) -> "LLMEngine":
         model, config, tokenizer = load_decoder(path, dtype, device, quantization)
         options = options or GenerateOptions()
         pack_linears(model, options.max_num_seqs)    # CPU fp32: weights reordered once for oneDNN
-        return cls(model, config, tokenizer, options, dtype, device)
+        return cls(model, config, tokenizer, options, dtype, device, lora)
+
+    def _serve_adapters(self, lora: LoraOptions | None, model: LlamaForCausalLM, dtype: torch.dtype,
+                        device: torch.device) -> LoraManager | None:
+        """On CUDA the grouped shrink/expand are Triton kernels; decode steps with LoRA tokens run
+        eagerly (the graphs hold base-only steps)."""
+        if lora is None:
+            return None
+        manager = LoraManager(lora, self.config, dtype, device, use_kernels=device.type == "cuda")
+        manager.wrap(model)
+        self.runner.lora = manager
+        self.scheduler.max_loras = lora.max_loras
+        return manager
 
     @property
     def settings(self) -> dict:
@@ -139,14 +165,19 @@ class LLMEngine:
                 "cuda_graph_memory_bytes": graphs.memory_bytes}
 
     def generate(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
-                 ) -> list[GenerationOutput]:
+                 adapter: AdapterSource | list[AdapterSource] | None = None) -> list[GenerationOutput]:
+        """adapter: a LoRA adapter (a PEFT folder or fsspec URL) for every prompt, or one per
+        prompt (None: the base model); the engine must be built with LoraOptions."""
         started, outputs, requests = time.perf_counter(), [None] * len(prompts), {}
-        for row, request_or_error in enumerate(self._queue_all(prompts, params)):
+        for row, request_or_error in enumerate(self._queue_all(prompts, params, adapter)):
             if isinstance(request_or_error, str):
                 outputs[row] = error_output(request_or_error)
             else:
                 requests[row] = request_or_error
         num_steps, num_preemptions = 0, self.scheduler.num_preemptions
+        num_prefill_tokens, plan = self.scheduler.num_prefill_tokens, self.scheduler.plan_waiting_by_prefix()
+        if self.options.order_by_prefix:
+            self.scheduler.order_waiting(plan)
         while self.has_unfinished_requests:
             self._step()
             num_steps += 1
@@ -156,20 +187,23 @@ class LLMEngine:
                                  sum(r.num_cached_tokens for r in requests.values()),
                                  sum(r.num_output_tokens for r in requests.values()), num_steps,
                                  self.scheduler.num_preemptions - num_preemptions, time.perf_counter() - started,
-                                 sum(r.num_forced_tokens for r in requests.values()))
+                                 sum(r.num_forced_tokens for r in requests.values()),
+                                 self.scheduler.num_prefill_tokens - num_prefill_tokens, plan.num_distinct_tokens)
         return outputs
 
     def add_requests(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
-                     ) -> list[int | str]:
+                     adapter: AdapterSource | list[AdapterSource] | None = None) -> list[int | str]:
         """Queue prompts to be run by step(), checking every SamplingParams first (a bad
         value raises ValueError naming it, before any is queued); per prompt its request
-        id, or a string saying why it cannot run."""
+        id, or a string saying why it cannot run (an adapter that does not fit among them).
+        adapter: as generate's."""
         return [request if isinstance(request, str) else request.request_id
-                for request in self._queue_all(prompts, params)]
+                for request in self._queue_all(prompts, params, adapter)]
 
-    def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> int | str:
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
+                    adapter: AdapterSource | None = None) -> int | str:
         """Queue one prompt, as add_requests: its request id, or why it cannot run."""
-        return self.add_requests([prompt], params)[0]
+        return self.add_requests([prompt], params, adapter)[0]
 
     def step(self) -> list[FinishedRequest]:
         """One step of every unfinished request; the requests it finished (an error row
@@ -193,11 +227,11 @@ class LLMEngine:
         return len(self._unfinished)
 
     def _queue_all(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams] | None,
-                   ) -> list[Request | str]:
-        return [self._queue(prompt, row_params)
-                for prompt, row_params in zip(prompts, self._params_per_row(prompts, params))]
+                   adapter: AdapterSource | list[AdapterSource] | None) -> list[Request | str]:
+        rows = zip(prompts, self._params_per_row(prompts, params), adapters_per_row(adapter, len(prompts), self.lora))
+        return [self._queue(prompt, row_params, source) for prompt, row_params, source in rows]
 
-    def _queue(self, prompt: Prompt, params: SamplingParams) -> Request | str:
+    def _queue(self, prompt: Prompt, params: SamplingParams, adapter_source: AdapterSource) -> Request | str:
         """Queue one prompt whose params are checked; a string says why it cannot run."""
         token_ids = self.prompt_token_ids(prompt)
         if isinstance(token_ids, str):
@@ -205,7 +239,10 @@ class LLMEngine:
         if len(token_ids) >= self.max_model_len:
             return (f"prompt has {len(token_ids)} tokens; the context holds {self.max_model_len} "
                     f"and at least one must be left for output")
-        request = Request(self._next_request_id, token_ids, params, self.eos_token_ids)
+        adapter = self._adapter(adapter_source)
+        if isinstance(adapter, str):
+            return adapter
+        request = Request(self._next_request_id, token_ids, params, self.eos_token_ids, adapter=adapter)
         if params.structured is not None:
             request.grammar = self.grammars.grammar_for(params.structured)
         if params.prompt_logprobs is not None:
@@ -214,6 +251,15 @@ class LLMEngine:
         self.scheduler.add_request(request)
         self._unfinished[request.request_id] = request
         return request
+
+    def _adapter(self, source: AdapterSource) -> LoraAdapter | str | None:
+        """The row's adapter, loaded (or kept from an earlier row), or why it cannot serve."""
+        if source is None:
+            return None
+        try:
+            return self.lora.adapter(source)
+        except AdapterError as error:
+            return str(error)
 
     def _step(self) -> list[Request]:
         """One step; the requests it finished, no longer unfinished."""
@@ -289,7 +335,7 @@ class LLMEngine:
                          max_num_seqs=limits.max_num_seqs, max_num_tokens=limits.max_num_batched_tokens,
                          num_kv_blocks_used=blocks.num_blocks - blocks.num_free_blocks, num_kv_blocks=blocks.num_blocks,
                          num_preemptions=len(output.preempted), num_prefix_cache_hit_tokens=output.num_cached_tokens,
-                         num_forced_tokens=self._num_forced_since_step)
+                         num_forced_tokens=self._num_forced_since_step, num_prefill_tokens=output.num_prefill_tokens)
 
     def _record_logprobs(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         for request in scheduler_output.requests:

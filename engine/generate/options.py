@@ -27,6 +27,11 @@ class GenerateOptions:
     enforce_eager: bool = False             # on CUDA: no CUDA graphs for decode steps (engine/generate/cuda_graph.py);
                                             # there are none on CPU either way
     kv_cache_dtype: str = "auto"            # "auto" (the model's dtype) or "fp8": E4M3 K/V, about 1.9x the blocks
+    order_by_prefix: bool = True            # generate() and the worker's feed run prompts grouped by shared token
+                                            # prefix, deepest first (engine/generate/prefix_order.py)
+    prefix_aware_admission: bool = True     # the scheduler holds back a request whose prefix another is computing
+                                            # and pins waiting prompts' blocks (scheduler.py); False: first come,
+                                            # first served, as before issue 47
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_blocks"):

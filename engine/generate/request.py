@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.generate.grammar import RequestGrammar
 from engine.generate.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from engine.lora.adapter import LoraAdapter
 
 
 class RequestStatus(enum.IntEnum):
@@ -50,6 +54,7 @@ class Request:
     grammar: RequestGrammar | None = None       # set when params.structured is: the output's matcher
     num_forced_tokens: int = 0          # output tokens appended by jump-forward, not sampled
     error: str | None = None            # why the request was ended without running (its output's error)
+    adapter: LoraAdapter | None = None  # its LoRA adapter (engine/lora/); None: the base model
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids)
@@ -78,6 +83,12 @@ class Request:
     def uses_prefix_cache(self) -> bool:
         # Prompt log-probs need every prompt position's logits, so nothing may be skipped.
         return self.params.prompt_logprobs is None
+
+    @property
+    def adapter_key(self) -> str | None:
+        """The adapter's identity (a hash of its files): it seeds the request's prefix-cache
+        hashes, and the scheduler's gate counts running adapters by it."""
+        return None if self.adapter is None else self.adapter.adapter_id
 
     @property
     def is_ready(self) -> bool:

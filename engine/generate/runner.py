@@ -20,6 +20,8 @@ from engine.generate.request import Request
 from engine.generate.sampler import Sampler, top_logprobs
 from engine.generate.scheduler import SchedulerOutput
 from engine.kernels import cpu_ops
+from engine.lora.batch import LoraBatch
+from engine.lora.manager import LoraManager
 from engine.models.llama import LlamaForCausalLM
 
 PADDING_SLACK = 1.25      # a decode group may pad its context up to 25% beyond the real tokens
@@ -35,6 +37,7 @@ class ForwardBatch:
     prompt_rows: dict[int, list[int]] = field(default_factory=dict)   # request_id -> rows scoring the next prompt token
     host_positions: list[int] = field(default_factory=list)           # positions, read on the host without a sync
     logit_rows: torch.Tensor | None = None  # long: sample_rows then the prompt rows, copied before the forward
+    lora: LoraBatch | None = None           # each token's adapter slot; None: no token has an adapter
 
     @property
     def is_decode_only(self) -> bool:
@@ -64,14 +67,16 @@ class ModelRunner:
         # it: what CPU measures (perplexity, eval-quant) is what a GPU computes.
         self.is_kv_fp8 = bool(kv_cache) and kv_cache[0].is_fp8
         self.graphs = None      # a CudaGraphRunner (engine/generate/cuda_graph.py), set by LLMEngine on CUDA
+        self.lora: LoraManager | None = None    # set by LLMEngine when it serves adapters
 
     @torch.inference_mode()
     def execute(self, output: SchedulerOutput) -> ModelRunnerOutput:
         batch = self.prepare(output)
-        if self.graphs is not None and batch.is_decode_only and self.graphs.can_run(batch.meta.flat):
+        if (self.graphs is not None and batch.is_decode_only and batch.lora is None
+                and self.graphs.can_run(batch.meta.flat)):
             hidden = self.graphs.run(batch)
         else:
-            hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_cache)
+            hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_cache, batch.lora)
         logits = self.model.compute_logits(hidden[batch.logit_rows])
         sample_logits, prompt_logits = logits[:len(batch.sample_rows)], logits[len(batch.sample_rows):]
         token_ids, logprobs = self.sampler(sample_logits, batch.sample_requests)
@@ -104,17 +109,24 @@ class ModelRunner:
         # On the device before the forward: indexing a CUDA tensor with a host list after it
         # would make the host wait for the forward before launching the LM head.
         logit_rows = sample_rows + [row for rows in prompt_rows.values() for row in rows]
+        lora = self._lora_batch(decodes + prefills, counts)
         if self.use_triton:
             (input_ids, positions_on_device, slot_mapping, logit_rows), flat = self._flat_inputs(
                 decodes + prefills, counts, [input_ids, positions, slots, logit_rows])
             return ForwardBatch(input_ids, positions_on_device, AttentionMetadata(slot_mapping, [], [], flat),
-                                sample_requests, sample_rows, prompt_rows, positions, logit_rows)
+                                sample_requests, sample_rows, prompt_rows, positions, logit_rows, lora)
         meta = AttentionMetadata(torch.tensor(slots, dtype=torch.long, device=self.device),
                                  self._decode_groups(decodes), chunks)
         return ForwardBatch(torch.tensor(input_ids, dtype=torch.long, device=self.device),
                             torch.tensor(positions, dtype=torch.long, device=self.device), meta,
                             sample_requests, sample_rows, prompt_rows, positions,
-                            torch.tensor(logit_rows, dtype=torch.long, device=self.device))
+                            torch.tensor(logit_rows, dtype=torch.long, device=self.device), lora)
+
+    def _lora_batch(self, requests: list[Request], counts: dict[int, int]) -> LoraBatch | None:
+        """Each token's adapter slot, in the batch's token order (requests as laid out)."""
+        if self.lora is None:
+            return None
+        return self.lora.batch_for([r.adapter for r in requests], [counts[r.request_id] for r in requests])
 
     def _flat_inputs(self, requests: list[Request], counts: dict[int, int],
                      token_lists: list[list[int]]) -> tuple[list[torch.Tensor], FlatMetadata]:

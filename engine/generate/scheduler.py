@@ -6,6 +6,21 @@ allow. When a running request cannot get a block, the newest running request is
 preempted: its blocks are freed and it is recomputed later (its full blocks usually
 come back from the prefix cache). Admission keeps a small reserve of free blocks so
 that the decodes already running are not starved into a preemption storm.
+
+NOTE: the prefix cache shares only blocks whose K/V are computed, and a step's blocks
+are registered after it ran. Requests with a common prefix admitted before that would
+each compute it. So a waiting request whose next uncached full block is one a running
+or just-admitted request is computing (its hash is "in flight") is held back, and the
+scan goes on to admit requests that share nothing with it; the next step finds that
+block cached and admits it with the blocks after it:
+
+    step 1   A1 admitted: computes template A (blocks a0..a80) + its suffix
+             A2, A3 held (a0 in flight)      B1 admitted beside A1 (shares nothing)
+    step 2   A2, A3 admitted: a0..a80 from the cache, their suffixes computed
+
+While a request waits, its prompt's block hashes are pinned in the block manager, so
+eviction takes other free blocks before a prefix some waiting row will hit.
+SchedulerConfig.prefix_aware_admission=False turns both off (first come, first served).
 """
 
 from __future__ import annotations
@@ -14,7 +29,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.generate.block_manager import BlockManager
+from engine.generate.prefix_order import PrefixPlan, plan_prefix_order
 from engine.generate.request import Request, RequestStatus
+from engine.lora.gate import admits
 
 
 @dataclass(frozen=True)
@@ -23,6 +40,8 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 2048    # new tokens per step, decodes and prompt chunks together
     max_model_len: int = 2048             # prompt + output tokens of one request
     admission_reserve: float = 0.02       # fraction of blocks kept free when admitting
+    prefix_aware_admission: bool = True   # hold back requests whose prefix another is computing; pin waiting
+                                          # requests' prefix blocks against eviction (see NOTE above)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -39,6 +58,7 @@ class SchedulerOutput:
     num_scheduled_tokens: dict[int, int] = field(default_factory=dict)   # request_id -> new tokens this step
     preempted: list[Request] = field(default_factory=list)
     num_cached_tokens: int = 0        # prompt tokens admitted from the prefix cache (re-admissions too)
+    num_prefill_tokens: int = 0       # prompt tokens computed this step (again after a preemption)
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -52,9 +72,27 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        self.num_prefill_tokens = 0       # prompt tokens computed by the steps that ran, all requests
+        self.max_loras: int | None = None     # set with LoRA: adapters the running batch may hold (engine/lora/gate.py)
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
+        self._pin(request)
+
+    def plan_waiting_by_prefix(self) -> PrefixPlan:
+        """The waiting queue's prompts in prefix order (prefix_order.py), as queue positions."""
+        return plan_prefix_order([request.prompt_token_ids for request in self.waiting])
+
+    def order_waiting(self, plan: PrefixPlan) -> None:
+        """Reorder the waiting queue as `plan` (of plan_waiting_by_prefix, queue unchanged
+        since) says, keeping each LoRA adapter's rows together in the order the adapters
+        first come: the adapter gate (engine/lora/gate.py) admits a few adapters at a time."""
+        waiting = list(self.waiting)
+        first_seen: dict[str | None, int] = {}
+        for request in waiting:
+            first_seen.setdefault(request.adapter_key, len(first_seen))
+        order = sorted(plan.order, key=lambda position: first_seen[waiting[position].adapter_key])
+        self.waiting = deque(waiting[position] for position in order)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
@@ -77,18 +115,21 @@ class Scheduler:
                 if victim is request:
                     break
             else:
-                output.requests.append(request)
-                output.num_scheduled_tokens[request.request_id] = num_new
+                self._add_to_batch(output, request, num_new)
                 budget -= num_new
                 index += 1
         return budget
 
     def _schedule_waiting(self, output: SchedulerOutput, budget: int) -> None:
         reserve = int(self.config.admission_reserve * self.block_manager.num_blocks)
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = next((r for r in self.waiting if r.is_ready), None)
-            if request is None:       # every waiting request's grammar is still compiling
+        in_flight = self._in_flight_block_hashes()
+        for request in list(self.waiting):
+            if budget <= 0 or len(self.running) >= self.config.max_num_seqs:
                 break
+            # A grammar still compiling, an adapter that must wait, or a prefix another request is computing.
+            if (not request.is_ready or not admits(request, self.running, self.max_loras)
+                    or self._waits_for_prefix(request, in_flight)):
+                continue
             cached = self.block_manager.find_cached_blocks(request)
             num_cached = len(cached) * self.block_manager.block_size
             num_new = min(request.num_tokens - num_cached, budget)
@@ -98,22 +139,53 @@ class Scheduler:
                 request.num_cached_tokens = num_cached
             output.num_cached_tokens += num_cached
             self.waiting.remove(request)
+            self.block_manager.unpin_prefix(request)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            output.requests.append(request)
-            output.num_scheduled_tokens[request.request_id] = num_new
+            self._add_to_batch(output, request, num_new)
             budget -= num_new
+            if self.config.prefix_aware_admission:
+                in_flight.update(self.block_manager.uncomputed_block_hashes(request))
+
+    def _add_to_batch(self, output: SchedulerOutput, request: Request, num_new: int) -> None:
+        output.requests.append(request)
+        output.num_scheduled_tokens[request.request_id] = num_new
+        output.num_prefill_tokens += max(0, min(num_new, request.num_prompt_tokens - request.num_computed_tokens))
+
+    def _in_flight_block_hashes(self) -> set[int]:
+        """Hashes of the full blocks running requests are still to compute (this step's
+        chunks among them: a step's blocks are registered after it ran)."""
+        if not self.config.prefix_aware_admission:
+            return set()
+        return {block_hash for request in self.running
+                for block_hash in self.block_manager.uncomputed_block_hashes(request)}
+
+    def _waits_for_prefix(self, request: Request, in_flight: set[int]) -> bool:
+        """The request's first full block missing from the cache is in flight: admitted now,
+        it would compute that block again. Hashes alone decide (admission checks tokens);
+        a collision would only hold a request until the block's owner has computed it."""
+        if not in_flight:
+            return False
+        cached = self.block_manager.hash_to_block_id
+        first_missing = next((h for h in self.block_manager.cacheable_block_hashes(request) if h not in cached), None)
+        return first_missing in in_flight
+
+    def _pin(self, request: Request) -> None:
+        if self.config.prefix_aware_admission:
+            self.block_manager.pin_prefix(request)
 
     def _preempt(self, request: Request, output: SchedulerOutput) -> None:
         self.block_manager.free(request)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
         self.waiting.appendleft(request)
+        self._pin(request)
         output.preempted.append(request)
         self.num_preemptions += 1
 
     def update_from_output(self, output: SchedulerOutput, sampled_token_ids: dict[int, int]) -> list[Request]:
         """Advance what ran; append sampled tokens; return the requests that finished."""
+        self.num_prefill_tokens += output.num_prefill_tokens
         finished = []
         for request in output.requests:
             if request.status != RequestStatus.RUNNING:
@@ -150,4 +222,5 @@ class Scheduler:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
+            self.block_manager.unpin_prefix(request)
         self.block_manager.free(request)

@@ -17,6 +17,8 @@ with the host, so the decode step can be captured in a CUDA graph.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,8 +30,16 @@ from engine.generate.model_config import DecoderConfig
 from engine.generate.rotary import Rotary, apply_rotary
 from engine.layers.attention import packed_attention
 
+if TYPE_CHECKING:
+    from engine.lora.batch import LoraBatch
+
 Rope = tuple[torch.Tensor, torch.Tensor]     # cos, sin [num_tokens, 1, head_dim], computed once per step
 
+
+def _linear(layer: nn.Module, x: torch.Tensor, lora: LoraBatch | None) -> torch.Tensor:
+    """A step with LoRA tokens hands its LoraBatch to the layer, a LoraLinear (engine/lora/linear.py,
+    swapped in at load when the engine serves adapters); any other step calls the layer as it is."""
+    return layer(x) if lora is None else layer(x, lora)
 
 
 class RMSNorm(nn.Module):
@@ -66,15 +76,16 @@ class Attention(nn.Module):
         self.scale = self.head_dim ** -0.5
 
     def forward(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
-                kv_cache: LayerKVCache) -> torch.Tensor:
-        q, k, v = self.project(hidden, rope)
+                kv_cache: LayerKVCache, lora: LoraBatch | None = None) -> torch.Tensor:
+        q, k, v = self.project(hidden, rope, lora)
         out = paged_attention(q, k, v, kv_cache, meta, self.scale)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        return _linear(self.o_proj, out.reshape(-1, self.q_size), lora)
 
-    def project(self, hidden: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project(self, hidden: torch.Tensor, rope: Rope,
+                lora: LoraBatch | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """hidden [num_tokens, hidden_size] -> q [num_tokens, num_heads, head_dim] and k, v
         [num_tokens, num_kv_heads, head_dim], q and k normed (Qwen3) and rotated."""
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = _linear(self.qkv_proj, hidden, lora).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
@@ -84,16 +95,17 @@ class Attention(nn.Module):
         return q, k, v
 
     def forward_fused(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
-                      kv_cache: LayerKVCache) -> torch.Tensor:
-        q, k, v = self.project_fused(hidden, rope)
+                      kv_cache: LayerKVCache, lora: LoraBatch | None = None) -> torch.Tensor:
+        q, k, v = self.project_fused(hidden, rope, lora)
         out = paged_attention(q, k, v, kv_cache, meta, self.scale)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        return _linear(self.o_proj, out.reshape(-1, self.q_size), lora)
 
-    def project_fused(self, hidden: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_fused(self, hidden: torch.Tensor, rope: Rope,
+                      lora: LoraBatch | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """As project, with q and k rotated in place: one kernel over q's and k's heads side
         by side in the QKV output (views of it come back), or two after Qwen3's q/k norms."""
         from engine.kernels import fused_ops
-        qkv = self.qkv_proj(hidden)
+        qkv = _linear(self.qkv_proj, hidden, lora)
         num_tokens = qkv.shape[0]
         heads = qkv.view(num_tokens, -1, self.head_dim)     # q heads, then k heads, then v heads
         v = heads[:, self.num_heads + self.num_kv_heads:]
@@ -112,13 +124,13 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+    def forward(self, x: torch.Tensor, lora: LoraBatch | None = None) -> torch.Tensor:
+        gate, up = _linear(self.gate_up_proj, x, lora).split(self.intermediate_size, dim=-1)
+        return _linear(self.down_proj, F.silu(gate) * up, lora)
 
-    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_fused(self, x: torch.Tensor, lora: LoraBatch | None = None) -> torch.Tensor:
         from engine.kernels import fused_ops
-        return self.down_proj(fused_ops.silu_and_mul(self.gate_up_proj(x)))
+        return _linear(self.down_proj, fused_ops.silu_and_mul(_linear(self.gate_up_proj, x, lora)), lora)
 
 
 class DecoderLayer(nn.Module):
@@ -129,20 +141,20 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, hidden, rope, meta, kv_cache):
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rope, meta, kv_cache)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    def forward(self, hidden, rope, meta, kv_cache, lora: LoraBatch | None = None):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rope, meta, kv_cache, lora)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden), lora)
 
     def forward_fused(self, hidden: torch.Tensor, residual: torch.Tensor | None, rope: Rope, meta: AttentionMetadata,
-                      kv_cache: LayerKVCache) -> tuple[torch.Tensor, torch.Tensor]:
+                      kv_cache: LayerKVCache, lora: LoraBatch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden: the previous layer's MLP output, not yet added to residual (the stream so
         far; None before the first layer, where hidden is the embedding and starts it)."""
         if residual is None:
             residual, normed = hidden, self.input_layernorm.fused(hidden)
         else:
             normed = self.input_layernorm.fused(hidden, residual)
-        attended = self.self_attn.forward_fused(normed, rope, meta, kv_cache)
-        return self.mlp.forward_fused(self.post_attention_layernorm.fused(attended, residual)), residual
+        attended = self.self_attn.forward_fused(normed, rope, meta, kv_cache, lora)
+        return self.mlp.forward_fused(self.post_attention_layernorm.fused(attended, residual), lora), residual
 
 
 class LlamaModel(nn.Module):
@@ -154,7 +166,8 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    """forward: flat token ids [num_tokens] -> final hidden states [num_tokens, hidden_size]."""
+    """forward: flat token ids [num_tokens] -> final hidden states [num_tokens, hidden_size];
+    lora: the step's adapters per token (engine/lora/), None for a base-only step."""
 
     def __init__(self, config: DecoderConfig):
         super().__init__()
@@ -169,20 +182,20 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                kv_cache: KVCache) -> torch.Tensor:
+                kv_cache: KVCache, lora: LoraBatch | None = None) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(positions, hidden.dtype)
         if self.fused_ops or (self.fused_ops is None and hidden.is_cuda):
-            return self._forward_fused(hidden, rope, meta, kv_cache)
+            return self._forward_fused(hidden, rope, meta, kv_cache, lora)
         for layer, layer_cache in zip(self.model.layers, kv_cache):
-            hidden = layer(hidden, rope, meta, layer_cache)
+            hidden = layer(hidden, rope, meta, layer_cache, lora)
         return self.model.norm(hidden)
 
     def _forward_fused(self, hidden: torch.Tensor, rope: Rope, meta: AttentionMetadata,
-                       kv_cache: KVCache) -> torch.Tensor:
+                       kv_cache: KVCache, lora: LoraBatch | None) -> torch.Tensor:
         residual = None
         for layer, layer_cache in zip(self.model.layers, kv_cache):
-            hidden, residual = layer.forward_fused(hidden, residual, rope, meta, layer_cache)
+            hidden, residual = layer.forward_fused(hidden, residual, rope, meta, layer_cache, lora)
         return self.model.norm.fused(hidden, residual)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -38,8 +38,8 @@ def _run(scheduler: Scheduler, max_steps: int = 500) -> list[SchedulerOutput]:
 
 def test_admits_up_to_max_num_seqs_and_the_token_budget():
     scheduler = _scheduler(max_num_seqs=2, max_num_batched_tokens=100)
-    for request_id in range(3):
-        scheduler.add_request(_request(request_id, 10))
+    for request_id in range(3):      # distinct prompts: equal ones would wait for the first's blocks
+        scheduler.add_request(_request(request_id, 10, first_token=100 * (request_id + 1)))
     output, _ = _step(scheduler)
     assert [r.request_id for r in output.requests] == [0, 1]
     assert output.total_num_scheduled_tokens == 20

@@ -1,0 +1,32 @@
+"""Random PEFT LoRA adapters for the LoRA tests: made with peft on a transformers model and
+saved with save_pretrained, as a user's trained adapter would be (no real adapter installs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP = ["gate_proj", "up_proj", "down_proj"]
+
+
+def save_random_adapter(model, folder: Path, rank: int, targets: list[str], seed: int, scale: float,
+                        use_rslora: bool = False) -> Path:
+    """A LoRA adapter on `model` (a transformers model, left as it was) with lora_A at PEFT's
+    default init and lora_B ~ N(0, scale^2), so that the adapter changes outputs (PEFT's own
+    init leaves lora_B zero); lora_alpha 2r, so the scaling is 2 (2 sqrt(r) with rsLoRA)."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0,
+                        use_rslora=use_rslora, task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in peft_model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
+    peft_model.save_pretrained(folder)
+    peft_model.unload()
+    return folder
