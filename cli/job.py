@@ -3,6 +3,7 @@ results, report, jobs.
 
     barge submit --mode embed --model minilm --input 'corpus/*.parquet' --output out/
     barge submit --mode score --model reranker --param query_column=q --param document_column=d ...
+    barge submit --mode generate --model smollm2 --adapter adapters/support/ ...   (or --param adapter_column=COL)
     barge status JOB | wait JOB | cancel JOB | retry JOB | results JOB | report JOB | jobs
 """
 
@@ -53,6 +54,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         help="with --quantization: compare FP8 with the unquantized model on shard 0's first N rows")
     submit.add_argument("--kv-cache-dtype", choices=["auto", "fp8"],
                         help="generate: fp8 caches K/V in E4M3, about twice the sequences at once (GPU: capability 8.9+)")
+    submit.add_argument("--adapter", metavar="PATH",
+                        help="generate: a PEFT LoRA adapter (folder or URL) for every row; "
+                             "per row: --param adapter_column=COL")
     submit.add_argument("--allow-duplicate-ids", action="store_true",
                         help="run the job even if its id column repeats ids (refused by default)")
     submit.add_argument("--dry-run", action="store_true",
@@ -144,7 +148,7 @@ def submitted_spec(args) -> JobSpec:
                    webhook_events=tuple(args.webhook_events), expires_after_s=args.expires_after,
                    incremental=args.incremental, quantization=args.quantization,
                    quant_check_rows=args.quant_check_rows, kv_cache_dtype=args.kv_cache_dtype,
-                   allow_duplicate_ids=args.allow_duplicate_ids)
+                   allow_duplicate_ids=args.allow_duplicate_ids, adapter=args.adapter)
 
 
 def param_value(value: str) -> object:

@@ -21,6 +21,8 @@ from engine.embed.embedder import Embedder
 from engine.embed.outputs import EmbeddingOutput
 from engine.embed.params import EmbedParams
 from engine.generate import GenerateOptions, GenerationOutput, LLMEngine, SamplingParams
+from engine.lora.manager import AdapterSource
+from engine.lora.options import LoraOptions
 from engine.settings import default_dtype
 from engine.quant.config import QUANTIZATIONS   # None, "fp8" (per-channel scales), "fp8-block" (128x128)
 from engine.score.outputs import ClassifyResult, ScoreOutput
@@ -54,7 +56,8 @@ class Engine:
     @classmethod
     def from_pretrained(cls, path: str | Path, mode: str = "embed", dtype: str | torch.dtype | None = None,
                         device: str | torch.device | None = None, max_batch_tokens: int | None = None,
-                        quantization: str | None = None, **generate_options) -> "Engine":
+                        quantization: str | None = None, lora: LoraOptions | None = None,
+                        **generate_options) -> "Engine":
         """Load a Hugging Face–format folder (config.json, model.safetensors, tokenizer.json),
         or for mode="generate" also a .gguf file; for mode="transcribe" also a CTranslate2
         folder or an openai-whisper .pt; for mode="classify" a *ForSequenceClassification
@@ -69,9 +72,14 @@ class Engine:
         attention stay in `dtype`. FP8 checkpoints (`barge quantize`, Qwen3-FP8,
         llm-compressor) load as FP8 whatever is passed here. Transcription runs in 16-bit
         unless quantization is given: then Whisper's encoder and decoder linear layers
-        take FP8 weights (engine.whisper.build), its embeddings and convolutions do not."""
+        take FP8 weights (engine.whisper.build), its embeddings and convolutions do not.
+
+        lora (mode="generate"): serve PEFT LoRA adapters per request (engine/lora/): each
+        generate call names its rows' adapters (generate(..., adapter=))."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+        if lora is not None and mode != "generate":
+            raise TypeError(f"lora applies to mode 'generate' only, not {mode!r}")
         if resolve_device(device).type == "cpu":
             keep_freed_memory()     # steps allocate tens of MB each: reuse it, not page-fault it
         if mode == "transcribe":
@@ -82,7 +90,7 @@ class Engine:
         if mode == "generate":
             options = GenerateOptions(**generate_options)
             return cls(mode, llm=LLMEngine.load(path, resolve_dtype(dtype), resolve_device(device), options,
-                                                 quantization))
+                                                 quantization, lora))
         device = resolve_device(device)
         if max_batch_tokens is None:     # real (unpadded) tokens per forward pass
             max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS.get(device.type, DEFAULT_MAX_BATCH_TOKENS["cuda"])
@@ -184,12 +192,15 @@ class Engine:
         return self._embedder.config.max_seq_length
 
     def generate(self, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
-                 ) -> list[GenerationOutput]:
+                 adapter: AdapterSource | list[AdapterSource] = None) -> list[GenerationOutput]:
         """One GenerationOutput per prompt (text, token ids or chat messages) in input order;
-        bad rows carry .error; a bad SamplingParams value raises ValueError naming it."""
+        bad rows carry .error; a bad SamplingParams value raises ValueError naming it.
+        adapter: a LoRA adapter folder or URL for every prompt, or one per prompt (None: the
+        base model); the engine must be loaded with lora=LoraOptions(...). A row whose
+        adapter cannot serve carries that as its .error."""
         if self.llm is None:
             raise ValueError(f"generate needs an engine loaded with mode='generate', not {self.mode!r}")
-        return self.llm.generate(prompts, params)
+        return self.llm.generate(prompts, params, adapter)
 
     @property
     def max_batch_tokens(self) -> int:

@@ -66,14 +66,18 @@ def _sample_file(digest, path: Path, name: str) -> None:
             digest.update(f.read(SAMPLE_BYTES))
 
 
-def cache_namespace(spec: JobSpec, revision: str) -> str:
-    """Results of jobs with equal namespaces are interchangeable row by row."""
+def cache_namespace(spec: JobSpec, revision: str, adapter: str | None = None) -> str:
+    """Results of jobs with equal namespaces are interchangeable row by row. `adapter`: the
+    job's LoRA adapter's identity (jobs.adapters.adapter_identity: a hash of its two files).
+    Adapters named per row are refused with incremental (jobs.validate), as per-row params are."""
     identity = {"format": CACHE_FORMAT, "model": revision, "mode": spec.mode,
                 "params": result_params(spec.mode, spec.params), "quantization": spec.quantization}
     if spec.dtype is not None:      # absent otherwise, so the namespaces of earlier jobs stay as they were
         identity["dtype"] = spec.dtype
     if spec.kv_cache_dtype is not None:     # likewise: an fp8 KV cache gives other logprobs, other tokens
         identity["kv_cache_dtype"] = spec.kv_cache_dtype
+    if adapter is not None:     # likewise: absent for the base model
+        identity["adapter"] = adapter
     if spec.mode == "generate" and spec.params.get("structured") is not None:
         # Before STRUCTURED_DEFAULTS the same params meant any JSON whitespace and jump-forward on
         identity["structured_defaults"] = STRUCTURED_DEFAULTS

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
+from jobs.adapters import adapter_identity
 from jobs.cache_keys import cache_namespace, model_identity
 from jobs.events import final_event
 from jobs.failpoints import failpoint
@@ -71,11 +72,13 @@ class Client:
         raises `JobSpecError` naming the field, and nothing is queued. A given `job_id`
         that exists already raises sqlalchemy's IntegrityError (schedules rely on it)."""
         check_job_locations(spec, self.settings)   # many hosts: nothing on this host's disk alone (jobs.hosts)
-        checked = check_job(spec, self.resolve_model)
+        checked = check_job(spec, self.resolve_model, self.settings.max_lora_rank)
         if checked.model.pinned:   # a Hub id: the job stores the commit it resolved to now, for every worker
             spec = replace(spec, model=checked.model.pinned)
         secret = (webhook_secret or generate_secret()) if spec.webhook_url else None
-        namespace = cache_namespace(spec, model_identity(checked.model)) if spec.incremental else None
+        namespace = (cache_namespace(spec, model_identity(checked.model),
+                                     adapter_identity(spec.adapter) if spec.adapter else None)
+                     if spec.incremental else None)
         job_id = self.store.create_job(spec, model_key=checked.model.key, rows_total=checked.input.num_rows,
                                        output_schema=encoded_schema(checked), webhook_secret=secret,
                                        job_id=job_id, cache_namespace=namespace)

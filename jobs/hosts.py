@@ -67,8 +67,10 @@ def unshared(location: str, settings: Settings, env: dict[str, str] | None = Non
 
 
 def check_job_locations(spec: JobSpec, settings: Settings, env: dict[str, str] | None = None) -> None:
-    """A job's input, output and model folder, each reachable from every host; JobSpecError
-    naming the field otherwise (before anything is read or queued)."""
+    """A job's input, output, model folder and LoRA adapter, each reachable from every host;
+    JobSpecError naming the field otherwise (before anything is read or queued). Adapters
+    named per row (params.adapter_column) are data: a row whose adapter a worker cannot
+    read gets that as its error."""
     for location in [spec.input] if isinstance(spec.input, str) else list(spec.input):
         if (problem := unshared(location, settings, env)) is not None:
             raise JobSpecError("input", problem)
@@ -77,6 +79,8 @@ def check_job_locations(spec: JobSpec, settings: Settings, env: dict[str, str] |
     if _is_model_path(spec.model, env) and (problem := unshared(spec.model, settings, env)) is not None:
         raise JobSpecError("model", f"{problem}. A model is best named so that each worker resolves it: a name "
                                     "registered on the workers (BARGE_MODELS), or a Hub id")
+    if spec.adapter is not None and (problem := unshared(spec.adapter, settings, env)) is not None:
+        raise JobSpecError("adapter", problem)
 
 
 def template_problem(template: dict, settings: Settings, env: dict[str, str] | None = None) -> tuple[str, str] | None:
@@ -91,6 +95,8 @@ def template_problem(template: dict, settings: Settings, env: dict[str, str] | N
     model = template.get("model")
     if isinstance(model, str) and _is_model_path(model, env) and (problem := unshared(model, settings, env)):
         return "template.model", problem
+    if isinstance(template.get("adapter"), str) and (problem := unshared(template["adapter"], settings, env)):
+        return "template.adapter", problem
     return None
 
 

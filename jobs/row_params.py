@@ -9,6 +9,10 @@ top of the job's params.
                                            seed, stop, structured, logprobs, ...) that override
                                            the job's; embed: {"dimensions": N}, the row's own
                                            Matryoshka width; null = the job's
+    params={"adapter_column": "COL"}      generate: each row's LoRA adapter, a folder path or
+                                           fsspec URL as text (not JSON); null = the base
+                                           model. A row's adapter is read by the worker's
+                                           engine: one that cannot serve is that row's error
 
 The OpenAI Batch API stores each request's params this way (api.batch_store), so lines
 that differ in max_tokens, temperature, seed, stop or response_format run as one job
@@ -27,7 +31,8 @@ import json
 
 import pyarrow as pa
 
-ROW_COLUMN_PARAMS = ("structured_column", "params_column")   # job params that name a column, not a value
+ROW_COLUMN_PARAMS = ("structured_column", "params_column", "adapter_column")   # job params naming a column
+ADAPTER = "adapter"   # the key of a row's params under which its adapter_column value travels
 # fields a params_column row may not set: they shape the job, not one request
 JOB_ONLY_PARAMS = ("chat", "system_prompt", *ROW_COLUMN_PARAMS)
 # what an embed row may set: its other params shape the output column's type (output_dtype)
@@ -50,6 +55,13 @@ def check_row_column_params(params: dict) -> str | None:
         return "params.structured and params.structured_column exclude each other: one constraint for every row, " \
                "or one per row"
     return None
+
+
+def row_adapters(job_adapter: str | None, overrides: list[dict] | None, num_rows: int) -> list[str | None] | None:
+    """Each row's LoRA adapter: its own (params.adapter_column), else the job's (JobSpec.adapter);
+    None when no row has one, so that a base model's rows name none."""
+    adapters = [override.get(ADAPTER, job_adapter) for override in overrides] if overrides else [job_adapter] * num_rows
+    return adapters if any(adapter is not None for adapter in adapters) else None
 
 
 def shared_params(params: dict) -> dict:
@@ -95,6 +107,8 @@ def row_overrides(params: dict, columns: dict[str, list]) -> tuple[list[dict], d
 
 def _parse(name: str, column: str, value: str) -> dict | str:
     where = f"column {column!r} (params.{name})"
+    if name == "adapter_column":      # a location, not JSON
+        return {ADAPTER: value} if value.strip() else f"{where} is an empty string; null runs the base model"
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as error:
@@ -106,4 +120,6 @@ def _parse(name: str, column: str, value: str) -> dict | str:
     refused = sorted(set(parsed) & set(JOB_ONLY_PARAMS))
     if refused:
         return f"{where} sets {', '.join(refused)}, which only a job's params can set"
+    if ADAPTER in parsed:
+        return f"{where} sets {ADAPTER}; a row's adapter comes from params.adapter_column"
     return parsed

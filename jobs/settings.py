@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.lora.options import MAX_SUPPORTED_RANK, LoraOptions   # torch-free
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -23,6 +25,8 @@ class Settings:
     cache_url: str = ""        # incremental jobs' results cache (path or fsspec URL); "": data_dir/cache
     worker_retention_s: float = 7 * 86_400.0   # a worker's heartbeat row outlives its last beat this long
                                                # (jobs.worker_beats.WorkerBeats.prune, by the housekeeper)
+    max_lora_rank: int = LoraOptions.max_lora_rank   # BARGE_MAX_LORA_RANK: the largest LoRA adapter rank a submit
+                                                     # takes and a worker's engine serves (its slots are padded to it)
 
     def __post_init__(self) -> None:
         if not self.cache_url:
@@ -50,7 +54,8 @@ class Settings:
         return cls(data_dir=data_dir, database_url=database_url, broker_url=broker_url, namespace=namespace,
                    visibility_timeout_s=visibility_timeout_s, price_per_hour=_price(env.get("BARGE_PRICE_PER_HOUR")),
                    cache_url=env.get("BARGE_CACHE_URL") or "",
-                   worker_retention_s=_retention(env.get("BARGE_WORKER_RETENTION_S"), cls.worker_retention_s))
+                   worker_retention_s=_retention(env.get("BARGE_WORKER_RETENTION_S"), cls.worker_retention_s),
+                   max_lora_rank=_lora_rank(env.get("BARGE_MAX_LORA_RANK"), cls.max_lora_rank))
 
 
 def _retention(value: str | None, default: float) -> float:
@@ -75,3 +80,11 @@ def _price(value: str | None) -> float | None:
     if price < 0:
         raise ValueError(f"BARGE_PRICE_PER_HOUR: {value!r} is negative")
     return price
+
+
+def _lora_rank(value: str | None, default: int) -> int:
+    if not value:
+        return default
+    if not value.strip().isdigit() or not 1 <= int(value) <= MAX_SUPPORTED_RANK:
+        raise ValueError(f"BARGE_MAX_LORA_RANK: {value!r} is not a rank from 1 to {MAX_SUPPORTED_RANK}")
+    return int(value)

@@ -71,6 +71,9 @@ MODE_PARAMS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         # jobs.row_params: a string column whose rows hold JSON, each row's own params over these
         "structured_column": ((str, type(None)), "the name of a column of each row's structured dict as JSON, or null"),
         "params_column": ((str, type(None)), "the name of a column of each row's sampling params as JSON, or null"),
+        # jobs.row_params: a string column of each row's LoRA adapter (folder or URL); null: the base model
+        "adapter_column": ((str, type(None)), "the name of a column of each row's LoRA adapter (a folder path or "
+                                              "URL; null: the base model), or null"),
     },
     # engine.whisper.TranscribeParams; values are checked there too (jobs.validate)
     "transcribe": {
@@ -184,6 +187,10 @@ class JobSpec:
     unquantized, and the comparison is stored with the job (`barge report`, manifest)."""
     allow_duplicate_ids: bool = False
     """Run a job whose id column repeats ids; by default planning refuses it, naming the first."""
+    adapter: str | None = None
+    """Generate only: a PEFT LoRA adapter (a folder path or fsspec URL holding adapter_config.json
+    and adapter_model.safetensors) on the model, for every row; checked at submit (jobs.adapters).
+    Per row instead: params={"adapter_column": COL}."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input, list):
@@ -245,6 +252,7 @@ class JobSpec:
         self._validate_dtype()
         self._validate_kv_cache_dtype()
         self._validate_params()
+        self._validate_adapter()
         self._validate_webhook_events()
         if self.expires_after_s is not None and (
                 isinstance(self.expires_after_s, bool) or not isinstance(self.expires_after_s, (int, float))
@@ -280,6 +288,15 @@ class JobSpec:
             raise JobSpecError("kv_cache_dtype", f"{self.kv_cache_dtype!r} is not one of {expected}")
         if self.kv_cache_dtype is not None and self.mode != "generate":
             raise JobSpecError("kv_cache_dtype", f"applies to generate jobs only, not mode {self.mode!r}")
+
+    def _validate_adapter(self) -> None:
+        if self.adapter is None:
+            return
+        _require_text("adapter", self.adapter)
+        if self.mode != "generate":
+            raise JobSpecError("adapter", f"applies to generate jobs only, not mode {self.mode!r}")
+        if self.params.get("adapter_column") is not None:
+            raise JobSpecError("adapter", "give adapter (every row's) or params.adapter_column (each row's), not both")
 
     def _validate_webhook_events(self) -> None:
         if not isinstance(self.webhook_events, tuple):

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from jobs.adapters import check_adapter
 from jobs.chat import without_chat_params
 from jobs.models import ModelRef, embedding_width, model_modes, resolve_model
-from jobs.row_params import ROW_COLUMN_PARAMS, check_row_column_params, is_row_column_type, row_columns
+from jobs.row_params import ADAPTER, ROW_COLUMN_PARAMS, check_row_column_params, is_row_column_type, row_columns
 from jobs.scoring import pair_columns
 from jobs.scoring_checks import check_classify_job, check_score_columns, check_score_job
+from jobs.settings import Settings
 from jobs.spec import MODE_PARAMS, JobSpec, JobSpecError
 from storage.errors import InputError, OutputError
 from storage.manifest import encode_schema, is_committed
@@ -38,9 +40,11 @@ class CheckedJob:
     output_schema: pa.Schema
 
 
-def check_job(spec: JobSpec, resolve: Callable[[str], ModelRef] | None = None) -> CheckedJob:
+def check_job(spec: JobSpec, resolve: Callable[[str], ModelRef] | None = None,
+              max_lora_rank: int | None = None) -> CheckedJob:
     """`resolve`: how this host names models (the client's also reads workers' cards,
-    jobs.model_cards); by default, resolve_model without weights."""
+    jobs.model_cards); by default, resolve_model without weights. `max_lora_rank`: the
+    deployment's (Settings.max_lora_rank); by default this environment's."""
     try:
         # A Hub model's weights are the workers' to fetch.
         model = resolve(spec.model) if resolve else resolve_model(spec.model, weights=False)
@@ -62,6 +66,8 @@ def check_job(spec: JobSpec, resolve: Callable[[str], ModelRef] | None = None) -
                                      "choose another output or submit with if_exists='replace'")
     _check_mode(spec, model)
     _check_quant_check(spec, model)
+    if spec.adapter is not None:
+        check_adapter(spec.adapter, model, max_lora_rank or Settings.from_env().max_lora_rank)
     if spec.mode == "transcribe":
         _check_audio_column(spec, info)
     if spec.mode == "score":
@@ -235,8 +241,9 @@ def _check_row_columns(spec: JobSpec, info: InputInfo) -> None:
     for field_name, column in _row_columns(spec).items():
         column_type = info.schema.field(column).type
         if not is_row_column_type(column_type):
-            raise JobSpecError(field_name, f"column {column!r} has type {column_type}; it must hold JSON text "
-                                           "(a string column, null for the job's params)")
+            holds = ("adapter locations (a string column, null for the base model)"
+                     if field_name == "params.adapter_column" else "JSON text (a string column, null for the job's params)")
+            raise JobSpecError(field_name, f"column {column!r} has type {column_type}; it must hold {holds}")
         if spec.incremental:
             raise JobSpecError(field_name, "an incremental job keys its cache on the input text alone, so it "
                                            "cannot take per-row params yet; submit without incremental")
@@ -257,9 +264,9 @@ def _check_messages_column(spec: JobSpec, info: InputInfo) -> None:
 
 def sampling_kwargs(params: dict) -> dict:
     """A generate job's params as engine.SamplingParams keywords (lists become tuples; the
-    chat params shape the prompt instead, jobs.chat)."""
+    chat params shape the prompt instead, jobs.chat; a row's adapter is not a sampling param)."""
     return {name: tuple(value) if isinstance(value, list) else value
-            for name, value in without_chat_params(params).items() if name not in ROW_COLUMN_PARAMS}
+            for name, value in without_chat_params(params).items() if name not in (*ROW_COLUMN_PARAMS, ADAPTER)}
 
 
 def _input_field(message: str, spec: JobSpec) -> str:

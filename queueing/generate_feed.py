@@ -10,21 +10,46 @@ chunk and shard boundaries, and each finished request goes straight back to its 
 Rows finish out of order (a short output overtakes a long one), so each output is put
 at its row's place (ShardWork.put). A shard whose claim is lost has its requests
 aborted, which frees their KV blocks for the others.
+
+Rows are fed in prefix order (engine/generate/prefix_order.py; GenerateOptions.
+order_by_prefix): on a shard's first rows its every prompt is tokenized (chat template
+applied, as the engine would) and the shard's todo positions are permuted so that rows
+sharing a template come together, deepest shared prefixes first. The pipeline still
+hands out todo positions in order; the feed runs the row the permutation puts at each
+one, and puts the output back at that row's own todo index, so results stay in input
+order. The engine's cache outlives the shard, so a template computed for one shard
+serves the next shard's rows too.
+
+    todo index (pipeline)   0  1  2  3  4  5
+    runs todo index         3  0  5  1  4  2      (A-rows 3 0 5, then B-rows 1 4 2)
 """
 
 from __future__ import annotations
 
+from array import array
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from engine.generate.outputs import error_output
+from engine.generate.prefix_order import plan_prefix_order
+from jobs.row_params import row_adapters
 from queueing.inference import row_sampling_params
 from queueing.runtime import EngineKey
 from queueing.worker import ShardWork
 
 if TYPE_CHECKING:
     from engine.engine import Engine
+
+
+@dataclass
+class ShardOrder:
+    """The order one shard's rows are fed in; kept until its last row is fed."""
+
+    todo_indices: list[int]             # position k of the feed's order -> the todo index that runs there
+    prompts: list[array | str]          # todo index -> its prompt's token ids, or why it has none
+    num_prefill_lower_bound: int        # distinct prefix tokens of the shard's prompts (prefix_order.py)
 
 
 class GenerateFeed:
@@ -36,6 +61,8 @@ class GenerateFeed:
         self.key = key                  # the engine's: an FP8 job's rows never join a 16-bit engine's batch,
                                         # nor an fp8-KV job's rows a 16-bit cache's, or the reverse
         self._requests: dict[int, tuple[ShardWork, int]] = {}   # request id -> (its shard, its row's todo index)
+        self._orders: dict[int, ShardOrder] = {}     # id(shard) -> its order, while it has rows to feed
+        self.num_prefill_lower_bound = 0             # over the shards ordered so far: distinct prefix tokens
 
     @property
     def num_requests(self) -> int:
@@ -51,18 +78,54 @@ class GenerateFeed:
         return EngineKey.for_job(work.job) == self.key
 
     def add(self, work: ShardWork, rows: list[int], first_index: int) -> None:
-        """Queue `rows` (positions in the shard) as requests; todo index of rows[0] is
-        `first_index`. A row that cannot run (empty, too long) gets its error at once;
+        """Queue the rows at todo indices first_index.. (`rows`, positions in the shard, as the
+        pipeline took them) as requests, in the shard's prefix order: the rows the order puts
+        at those indices. A row that cannot run (empty, too long) gets its error at once;
         bad sampling parameters raise ValueError (the shard fails, as with generate())."""
+        if not self.llm.options.order_by_prefix:
+            self._queue(work, [(first_index + offset, work.inputs[row]) for offset, row in enumerate(rows)])
+            return
+        order = self._orders.get(id(work)) or self._order(work)
+        runnable = []
+        for index in order.todo_indices[first_index:first_index + len(rows)]:
+            prompt = order.prompts[index]
+            if isinstance(prompt, str):         # why the row has no tokens
+                work.put(index, error_output(prompt))
+            else:
+                runnable.append((index, list(prompt)))
+        if first_index + len(rows) >= len(work.todo):
+            del self._orders[id(work)]
+        self._queue(work, runnable)
+
+    def _queue(self, work: ShardWork, runnable: list[tuple[int, object]]) -> None:
+        """Add (todo index, prompt) pairs to the engine with their rows' sampling params."""
+        rows = [work.todo[index] for index, _ in runnable]
         ids = work.ids.take(pa.array(rows, type=pa.int64()))
         row_params = [work.row_params[row] for row in rows] if work.row_params else None
         params = row_sampling_params(work.job.spec.params, ids, row_params)
-        prompts = [work.inputs[row] for row in rows]
-        for offset, request_id in enumerate(self.llm.add_requests(prompts, params)):
+        prompts = [prompt for _, prompt in runnable]
+        # each row's LoRA adapter (JobSpec.adapter or params.adapter_column); None: the base model's rows
+        adapters = row_adapters(work.job.spec.adapter, row_params, len(rows)) if self.key.lora else None
+        request_ids = (self.llm.add_requests(prompts, params) if adapters is None
+                       else self.llm.add_requests(prompts, params, adapter=adapters))
+        for (index, _), request_id in zip(runnable, request_ids):
             if isinstance(request_id, str):     # why the row cannot run
-                work.put(first_index + offset, error_output(request_id))
+                work.put(index, error_output(request_id))
             else:
-                self._requests[request_id] = (work, first_index + offset)
+                self._requests[request_id] = (work, index)
+
+    def _order(self, work: ShardWork) -> ShardOrder:
+        """Tokenize every row of the shard and plan their order; token ids kept as int32
+        arrays (4 bytes a token, not a Python int's 28 + 8) until fed."""
+        prompts = [self.llm.prompt_token_ids(work.inputs[row]) for row in work.todo]
+        prompts = [prompt if isinstance(prompt, str) else array("i", prompt) for prompt in prompts]
+        tokenized = [index for index, prompt in enumerate(prompts) if not isinstance(prompt, str)]
+        plan = plan_prefix_order([prompts[index] for index in tokenized])
+        untokenized = [index for index, prompt in enumerate(prompts) if isinstance(prompt, str)]
+        order = ShardOrder([tokenized[k] for k in plan.order] + untokenized, prompts, plan.num_distinct_tokens)
+        self._orders[id(work)] = order
+        self.num_prefill_lower_bound += order.num_prefill_lower_bound
+        return order
 
     def step(self) -> list[ShardWork]:
         """One engine step; the shards that got outputs from it."""
@@ -75,6 +138,7 @@ class GenerateFeed:
 
     def abort(self, work: ShardWork) -> None:
         """Drop a shard's requests (its claim is gone or it failed); frees their KV blocks."""
+        self._orders.pop(id(work), None)
         for request_id, (owner, _) in list(self._requests.items()):
             if owner is work:
                 self.llm.abort(request_id)
@@ -86,4 +150,5 @@ class GenerateFeed:
         for request_id in self._requests:
             self.llm.abort(request_id)
         self._requests.clear()
+        self._orders.clear()
         return list(works.values())

@@ -20,7 +20,7 @@ from engine.embed.params import EmbedParams
 from engine.generate.sampling_params import SamplingParams
 from engine.whisper.params import TranscribeParams
 from jobs.records import JobRecord
-from jobs.row_params import shared_params
+from jobs.row_params import row_adapters, shared_params
 from jobs.scoring import classify_params, score_params
 from jobs.validate import sampling_kwargs
 
@@ -35,7 +35,8 @@ def infer(engine: Engine, job: JobRecord, ids: pa.Array, inputs: list, row_param
     if spec.mode == "embed":
         return encode_rows(engine, embed_params(spec.params), inputs, row_params)
     if spec.mode == "generate":
-        return engine.generate(inputs, row_sampling_params(spec.params, ids, row_params))
+        return engine.generate(inputs, row_sampling_params(spec.params, ids, row_params),
+                               adapter=row_adapters(spec.adapter, row_params, len(inputs)))
     if spec.mode == "transcribe":     # audio bytes or paths/URLs; bad audio is a row's error
         return engine.transcribe(inputs, TranscribeParams(**spec.params))
     if spec.mode == "classify":       # texts, pairs or chats; a null row is a row's error

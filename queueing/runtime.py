@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from celery import Celery
 
+from engine.lora.options import LoraOptions   # torch-free
+
 from jobs.hub_models import is_hub_key, queue_key
 from jobs.models import ModelRef, resolve_model
 from jobs.records import JobRecord
@@ -35,18 +37,21 @@ log = logging.getLogger("barge.worker")
 class EngineKey:
     """Which loaded engine runs a job's rows: a worker keeps one Engine per key, loaded once.
     An FP8 engine and the model's 16-bit one are separate engines, and so is an engine of a
-    dtype or a KV cache dtype a job names."""
+    dtype or a KV cache dtype a job names, and one with LoRA slots: a job that names no
+    adapter keeps the base engine as it was."""
 
     model_key: str                      # the served model (jobs.models.ModelRef.key; a Hub id pinned to a commit)
     mode: str                           # "embed" | "generate" | "transcribe" | "classify" | "score"
     quantization: str | None = None     # None: the checkpoint's; "fp8", "fp8-block", "fp8-group": FP8 linears
     dtype: str | None = None            # embed: a dtype the job names (JobSpec.dtype); None: the engine's default
     kv_cache_dtype: str | None = None   # generate: "fp8" (JobSpec.kv_cache_dtype); None: the model's dtype
+    lora: bool = False                  # generate: LoRA slots (the job names an adapter, or an adapter column)
 
     @classmethod
     def for_job(cls, job: JobRecord) -> "EngineKey":
         spec = job.spec
-        return cls(job.model_key, spec.mode, spec.quantization, spec.dtype, spec.kv_cache_dtype)
+        lora = spec.adapter is not None or spec.params.get("adapter_column") is not None
+        return cls(job.model_key, spec.mode, spec.quantization, spec.dtype, spec.kv_cache_dtype, lora)
 
     @property
     def baseline(self) -> "EngineKey":
@@ -86,6 +91,8 @@ class WorkerOptions:
                                      # job to its owner (queueing.finalize.run_job_step)
     tidy_s: float = 600.0           # how often the housekeeper also looks for leftovers (queueing.housekeeping.tidy)
     staging_retention_s: float = 7 * 86_400.0   # a job that ended unfinished keeps its staged files this long
+    max_loras: int = LoraOptions.max_loras   # a LoRA engine's adapters resident at once (the most one step mixes);
+                                             # the largest rank is the deployment's (Settings.max_lora_rank)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "WorkerOptions":
@@ -96,7 +103,8 @@ class WorkerOptions:
                  "metrics_port": "BARGE_METRICS_PORT", "metrics_addr": "BARGE_METRICS_ADDR",
                  "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION", "pipeline_depth": "BARGE_PIPELINE_DEPTH",
                  "transient_retry_s": "BARGE_TRANSIENT_RETRY_S", "gpu_memory_fraction": "BARGE_GPU_MEMORY_FRACTION",
-                 "tidy_s": "BARGE_TIDY_S", "staging_retention_s": "BARGE_STAGING_RETENTION_S"}
+                 "tidy_s": "BARGE_TIDY_S", "staging_retention_s": "BARGE_STAGING_RETENTION_S",
+                 "max_loras": "BARGE_MAX_LORAS"}
         values = {}
         for name, variable in names.items():
             if env.get(variable):
@@ -168,9 +176,10 @@ class Runtime:
         if ref is None:
             raise LookupError(f"this worker does not serve model {key.model_key!r}")
         from engine import Engine   # heavy: torch loads only in model-serving processes
-        log.info("loading model %s (%s) for %s%s%s", ref.key, ref.path, key.mode,
+        log.info("loading model %s (%s) for %s%s%s%s", ref.key, ref.path, key.mode,
                  f", {key.quantization} weights" if key.quantization else "",
-                 f", {key.kv_cache_dtype} KV cache" if key.kv_cache_dtype else "")
+                 f", {key.kv_cache_dtype} KV cache" if key.kv_cache_dtype else "",
+                 f", LoRA slots ({self.options.max_loras}, rank {self.settings.max_lora_rank})" if key.lora else "")
         options = {}
         if key.mode == "generate" or (key.mode == "score" and _is_yes_no_reranker(ref.path)):
             options.update(self._memory_options())     # a yes/no reranker runs on the generate engine
@@ -180,6 +189,8 @@ class Runtime:
             options["dtype"] = key.dtype
         if key.kv_cache_dtype is not None:
             options["kv_cache_dtype"] = key.kv_cache_dtype
+        if key.lora:
+            options["lora"] = self._lora_options()
         engine = Engine.from_pretrained(ref.path, mode=key.mode, quantization=key.quantization, **options)
         if self.device is not None:
             engine.device_id = self.device.label
@@ -193,6 +204,11 @@ class Runtime:
         if self.options.kv_cache_fraction is not None:
             return {"kv_cache_memory_fraction": self.options.kv_cache_fraction, "gpu_memory_fraction": None}
         return {}
+
+    def _lora_options(self) -> LoraOptions:
+        """BARGE_MAX_LORAS slots, BARGE_MAX_LORA_RANK (the rank a submit checks against)."""
+        max_loras = self.options.max_loras
+        return LoraOptions(max_loras, self.settings.max_lora_rank, max(LoraOptions.max_cpu_loras, max_loras))
 
     def engine_settings(self, key: EngineKey) -> dict:
         """The settings of the engine serving this key, as recorded with each commit: read
