@@ -10,6 +10,7 @@ for the same scores."""
 
 import importlib.util
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,9 @@ def test_other_tokens_and_an_instruction(reranker, reference):
 
 
 def test_grouping_by_query_computes_fewer_prefill_tokens_for_the_same_scores(reranker):
-    grouped, input_order = fresh(reranker), fresh(reranker)
+    # Input order on first-come-first-served admission (without the engine's hold-back, which
+    # would itself keep a query's followers waiting for its blocks: see the next test).
+    grouped, input_order = fresh(reranker), fresh(reranker, replace(OPTIONS, prefix_aware_admission=False))
     by_group = grouped.score_pairs(QUERIES, DOCUMENTS, ScoreParams(group_by_query=True))
     in_order = input_order.score_pairs(QUERIES, DOCUMENTS, ScoreParams(group_by_query=False))
     assert max(abs(a.score - b.score) for a, b in zip(by_group, in_order)) < 1e-5
@@ -104,6 +107,17 @@ def test_grouping_by_query_computes_fewer_prefill_tokens_for_the_same_scores(rer
     # followers find their query's prompt (whole blocks of it) in the cache.
     assert baseline.num_computed_tokens == baseline.num_prompt_tokens
     assert stats.num_cached_tokens >= 4 * 16 * 4
+
+
+def test_the_engines_hold_back_shares_a_querys_prompt_in_input_order_too(reranker):
+    """Prefix-aware admission (issue 47): pairs in input order, two queries interleaved,
+    compute what the query-grouped run computes, for the same scores."""
+    grouped, input_order = fresh(reranker), fresh(reranker)
+    by_group = grouped.score_pairs(QUERIES, DOCUMENTS, ScoreParams(group_by_query=True))
+    in_order = input_order.score_pairs(QUERIES, DOCUMENTS, ScoreParams(group_by_query=False))
+    assert max(abs(a.score - b.score) for a, b in zip(by_group, in_order)) < 1e-5
+    assert input_order.last_run.num_computed_tokens == grouped.last_run.num_computed_tokens
+    assert input_order.last_run.num_computed_tokens < input_order.last_run.num_prompt_tokens
 
 
 def test_bad_pairs_are_error_rows(reranker):
