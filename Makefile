@@ -43,21 +43,37 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/barge demo
 
-# The suite runs in parallel (pytest-xdist, TEST_WORKERS processes; most tests wait on
-# worker processes, model loads and services, so more processes than cores pays; an idle
-# process steals queued tests from a busy one, so the slow tail ends together), then
-# the few marked `serial` alone: they stop a service every other test shares. Every test
-# isolates what it shares: its own data dir, PostgreSQL database or schema, broker
-# namespace and ports. The wall time is printed with the machine's core count.
+# The suite runs in parallel (pytest-xdist; most tests wait on worker processes, model
+# loads and services, so more processes than cores pays), as two chains at once:
+#  - the tests that use none of the machine's PostgreSQL, RabbitMQ and Redis, in
+#    TEST_WORKERS processes, with BARGE_TEST_WITHOUT_SERVICES=1: a test of theirs that
+#    connects to one fails, naming the marker it lacks;
+#  - the tests marked postgres, rabbitmq or redis, in SERVICE_WORKERS processes, and once
+#    they are done the few marked `serial`, one at a time: they stop those services, which
+#    nothing running then uses. This chain's output follows the first's.
+# --dist loadgroup hands each process one test at a time as it frees up, so the slow tail
+# ends together, but the tests that share a module's setup (tests/conftest.py puts them in
+# one xdist_group) all to one process, so that the setup runs once. Every test isolates
+# what it shares: its own data dir, PostgreSQL database or schema, broker namespace and
+# ports. The wall time is printed with the machine's core count.
 TEST_WORKERS ?= 4
+SERVICE_WORKERS ?= 2
 PYTEST_ARGS ?=
+SERVICE_MARKS := postgres or rabbitmq or redis
+SERVICES_LOG := $(VENV)/services-tests.log
 
 test: setup
-	@start=$$(date +%s); \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
-	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS); serial=$$?; \
+	@start=$$(date +%s); rc=$$(mktemp -d); \
+	{ $(BIN)/python -m pytest -q -n $(SERVICE_WORKERS) --dist loadgroup -m "not serial and ($(SERVICE_MARKS))" $(PYTEST_ARGS); \
+	  echo $$? >$$rc/services; $(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS); echo $$? >$$rc/serial; } \
+	  >$(SERVICES_LOG) 2>&1 & chain=$$!; \
+	BARGE_TEST_WITHOUT_SERVICES=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+	  -m "not serial and not ($(SERVICE_MARKS))" $(PYTEST_ARGS); rest=$$?; \
+	echo "== meanwhile, the tests that use PostgreSQL, RabbitMQ or Redis, then those that stop them (serial):"; \
+	wait $$chain; cat $(SERVICES_LOG); services=$$(cat $$rc/services); serial=$$(cat $$rc/serial); rm -r $$rc; \
 	echo "make test: the whole suite in $$(( $$(date +%s) - start )) s of wall time on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"; \
-	[ $$parallel -eq 0 ] && { [ $$serial -eq 0 ] || [ $$serial -eq 5 ]; }   # 5: PYTEST_ARGS chose no serial test
+	for code in $$rest $$services $$serial; do [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit 1; done; \
+	[ $$rest -eq 0 ] || [ $$services -eq 0 ] || [ $$serial -eq 0 ]   # 5: PYTEST_ARGS chose none of that set
 
 clean:
 	rm -rf $(VENV)

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from sqlalchemy import update
 
 from jobs import tables
@@ -29,6 +30,8 @@ def wait_for(condition, timeout_s: float, what: str, logs) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_two_beats_make_one_job_per_period(tmp_path):
     with stack("postgres-redis", tmp_path / "barge") as deployment:
         client = deployment.client()

@@ -21,7 +21,7 @@ from jobs import JobSpec, JobStatus
 from queueing.app import create_app
 from jobs.fs_transport import BAD_FOLDER
 from tests.e2e.test_job_e2e import write_corpus
-from tests.support.stack import stack, wait_ready
+from tests.support.stack import backend_params, stack, wait_ready
 
 # The housekeeper sends lost work again after 3 s instead of 10 minutes.
 FAST_OWNERS = {"BARGE_REQUEUE_AFTER_S": "3", "BARGE_HOUSEKEEPING_S": "0.5"}
@@ -96,7 +96,7 @@ def test_two_workers_started_at_the_same_instant_on_a_fresh_folder_both_come_up(
             deployment.stop_workers()
 
 
-@pytest.mark.parametrize("backend", ["postgres-rabbitmq", "postgres-redis"])
+@pytest.mark.parametrize("backend", backend_params("postgres-rabbitmq", "postgres-redis"))
 def test_a_message_body_that_cannot_be_decoded_is_logged_and_the_worker_goes_on(tmp_path, backend):
     num_rows = write_corpus(tmp_path / "corpus", num_files=1, rows_per_file=40)
     with stack(backend, tmp_path / "barge") as deployment:

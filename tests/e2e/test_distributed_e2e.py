@@ -18,7 +18,7 @@ from sqlalchemy import update
 from jobs import JobSpec, JobStatus, ShardStatus, tables
 from jobs.client import JobFailed
 from tests.support.receiver import WebhookReceiver
-from tests.support.stack import stack, wait_until
+from tests.support.stack import backend_params, stack, wait_until
 
 # A worker killed between taking a shard's message and claiming the shard loses the
 # message (it was acknowledged on start); the housekeeper sends such a shard again after
@@ -55,7 +55,7 @@ def assert_every_row_once(job, num_rows: int, output):
     assert len({part["name"] for part in manifest["parts"]}) == len(manifest["parts"])
 
 
-@pytest.mark.parametrize("backend", ["embedded", "postgres-rabbitmq", "postgres-redis"])
+@pytest.mark.parametrize("backend", backend_params("embedded", "postgres-rabbitmq", "postgres-redis"))
 def test_a_worker_killed_mid_shard_loses_nothing(backend, tmp_path):
     with stack(backend, tmp_path / "barge", FAST_RECOVERY) as deployment:
         num_rows = write_corpus(tmp_path / "corpus", 1200, 400)
@@ -74,6 +74,8 @@ def test_a_worker_killed_mid_shard_loses_nothing(backend, tmp_path):
         assert all(s.status == ShardStatus.COMMITTED for s in shards)
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_shards_longer_than_the_visibility_timeout_run_once(tmp_path):
     env = {**FAST_RECOVERY, "BARGE_VISIBILITY_TIMEOUT_S": "1"}
     with stack("postgres-redis", tmp_path / "barge", env) as deployment:
@@ -233,7 +235,7 @@ def assert_partial_output(client, job, output, status: str, rows_per_shard: int)
     return committed
 
 
-@pytest.mark.parametrize("backend", ["postgres-rabbitmq", "postgres-redis"])
+@pytest.mark.parametrize("backend", backend_params("postgres-rabbitmq", "postgres-redis"))
 def test_a_high_priority_job_runs_before_a_low_one_queued_earlier(backend, tmp_path):
     with stack(backend, tmp_path / "barge", {**FAST_RECOVERY, "BARGE_JOB_WINDOW": "8"}) as deployment:
         write_corpus(tmp_path / "nightly", 600, 600)

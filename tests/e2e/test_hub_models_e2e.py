@@ -70,6 +70,8 @@ def cosines(table: pa.Table, expected: np.ndarray) -> np.ndarray:
     return (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
 
 
+@pytest.mark.postgres
+@pytest.mark.rabbitmq
 def test_jobs_by_hub_id_branch_and_commit_load_exactly_their_commit(hub, tmp_path):
     commits = hub.commits[MINILM]
     with stack("postgres-rabbitmq", tmp_path / "barge") as deployment:

@@ -14,7 +14,7 @@ import pytest
 
 from jobs import JobSpec, JobSpecError, JobStatus
 from tests.support.receiver import WebhookReceiver
-from tests.support.stack import BACKENDS, stack
+from tests.support.stack import BACKENDS, backend_params, stack
 from webhooks import verify
 
 WORDS = "barge river cargo engine harbor lock canal tide rope deck steel grain coal timber".split()
@@ -37,7 +37,7 @@ def write_corpus(folder, num_files=3, rows_per_file=150, row_group_size=40, null
     return doc_id
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=backend_params(*BACKENDS))
 def deployment(request, tmp_path):
     with stack(request.param, tmp_path / "barge") as deployment:
         yield deployment

