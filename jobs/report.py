@@ -1,5 +1,7 @@
 """A job's report: what ran it, how fast, how much worker time by device, and what it
-cost at a price per worker-hour — in the manifest's stats and through `barge report`.
+cost at a price per worker-hour — in the manifest's stats and through `barge report`. A
+generate job's adds its prefill against the prefix cache and, with LoRA adapters, its rows
+and tokens per adapter (jobs.generate_usage).
 
 The price is per hour of one worker (on a GPU worker, its GPU-hour): set it with
 BARGE_PRICE_PER_HOUR or `barge report --price-per-hour`, then compare the cost per
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobs.generate_usage import GenerateUsage, sum_usage
 from jobs.store import Store
 from jobs.throughput import Throughput, format_duration, format_rate
 
@@ -46,6 +49,8 @@ class JobReport:
     quant_check: dict | None = None      # FP8 jobs with quant_check_rows: engine.quant.compare.QuantCheck's
                                          # figures, or {"error": ...} when the check could not run
     input: dict | None = None            # what planning found: duplicate and null ids, staging (queueing.planning)
+    generate: GenerateUsage | None = None  # generate jobs: prefill and rows per adapter over the committed shards
+                                           # that recorded them; None: other modes, or no such shard yet
 
     def to_dict(self) -> dict:
         return {"job_id": self.job_id, "status": self.status, "mode": self.mode, "model": self.model,
@@ -56,7 +61,8 @@ class JobReport:
                 "worker_seconds": {device: round(s, 3) for device, s in self.worker_s_by_device.items()},
                 "cost": None if self.cost is None else self.cost.to_dict(),
                 **({"quant_check": self.quant_check} if self.quant_check is not None else {}),
-                **({"input": self.input} if self.input is not None else {})}
+                **({"input": self.input} if self.input is not None else {}),
+                **(self.generate.to_report() if self.generate is not None else {})}
 
 
 def job_report(store: Store, job_id: str, *, price_per_hour: float | None = None) -> JobReport:
@@ -69,7 +75,8 @@ def job_report(store: Store, job_id: str, *, price_per_hour: float | None = None
                      num_shards=sum(progress.shards.values()), engines=store.engine_settings(job_id),
                      throughput=progress.throughput, worker_s_by_device=by_device,
                      cost=cost(sum(by_device.values()), progress.num_tokens, price_per_hour),
-                     quant_check=store.quant_check(job_id), input=_planned_input(store, job_id))
+                     quant_check=store.quant_check(job_id), input=_planned_input(store, job_id),
+                     generate=sum_usage(store.generate_usages(job_id)) if job.spec.mode == "generate" else None)
 
 
 def _planned_input(store: Store, job_id: str) -> dict | None:
@@ -98,6 +105,8 @@ def format_report(report: JobReport) -> str:
              f"  throughput: {format_rate(t.rows_per_s, 'rows')}, {format_rate(t.tokens_per_s, 'tokens')} overall",
              f"  time: {format_duration(t.queued_s)} queued, {format_duration(t.running_s)} running, "
              f"{format_duration(t.worker_s)} of worker time"]
+    if report.generate is not None:
+        lines.extend(report.generate.format_lines())
     devices = ", ".join(f"{device} {seconds:.1f}s" for device, seconds in sorted(report.worker_s_by_device.items()))
     lines.append(f"  worker seconds by device: {devices or 'none yet'}")
     for settings in report.engines:

@@ -23,6 +23,7 @@ from typing import Callable
 from sqlalchemy import Connection, func, select, update
 
 from jobs import tables
+from jobs.generate_usage import GenerateUsage
 from jobs.outbox import OutboxEvent, insert_event
 from jobs.records import ShardRecord
 from jobs.status import JobStatus, ShardStatus, check_transition
@@ -76,6 +77,15 @@ class ShardStore:
         with self.engine.connect() as conn:
             return [ShardRecord.from_row(row) for row in conn.execute(query)]
 
+    def generate_usages(self, job_id: str) -> list[GenerateUsage]:
+        """What the job's committed shards recorded of their prefill and adapters, in shard
+        order; a shard of another mode, or committed before migration 0020, recorded none."""
+        shard = tables.shards.c
+        query = (select(shard.generate_usage).where(shard.job_id == job_id, shard.status == int(ShardStatus.COMMITTED),
+                                                    shard.generate_usage.is_not(None)).order_by(shard.shard_index))
+        with self.engine.connect() as conn:
+            return [GenerateUsage.from_dict(json.loads(text)) for text in conn.execute(query).scalars()]
+
     def claim_shard(self, job_id: str, shard_index: int, *, worker_id: str = "",
                     lease_s: float = DEFAULT_LEASE_S) -> ShardClaim | None:
         """Take the shard under a new attempt token and lease; None if it is finished,
@@ -107,11 +117,13 @@ class ShardStore:
 
     def commit_shard(self, job_id: str, shard_index: int, token: str, *, part: dict,
                      rows_succeeded: int, rows_failed: int, events: ShardEvents | None = None,
-                     num_tokens: int = 0, engine: dict | None = None, rows_reused: int = 0) -> tuple[bool, bool]:
+                     num_tokens: int = 0, engine: dict | None = None, rows_reused: int = 0,
+                     generate_usage: GenerateUsage | None = None) -> tuple[bool, bool]:
         """Record the shard's part under its attempt token, and the webhook events that
         `events` builds for it, in one transaction. `num_tokens` and `engine` (its
         settings, "device" among them) feed throughput and the job report; `rows_reused`
-        counts the succeeded rows an incremental job took from the results cache.
+        counts the succeeded rows an incremental job took from the results cache;
+        `generate_usage` is a generate shard's prefill and rows per adapter.
 
         Returns (committed, job_is_ready): committed is False for a stale token (another
         attempt took the shard over); job_is_ready is True for exactly the commit that
@@ -119,7 +131,8 @@ class ShardStore:
         return self._finish_shard(job_id, shard_index, token, ShardStatus.COMMITTED, events=events,
                                   part=json.dumps(part), rows_succeeded=rows_succeeded, rows_failed=rows_failed,
                                   num_tokens=num_tokens, rows_reused=rows_reused, device=(engine or {}).get("device"),
-                                  engine=json.dumps(engine, sort_keys=True) if engine else None)
+                                  engine=json.dumps(engine, sort_keys=True) if engine else None,
+                                  generate_usage=json.dumps(generate_usage.to_dict()) if generate_usage else None)
 
     def fail_shard(self, job_id: str, shard_index: int, token: str, error: str) -> tuple[bool, bool]:
         return self._finish_shard(job_id, shard_index, token, ShardStatus.FAILED, error=error)

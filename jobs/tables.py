@@ -63,6 +63,8 @@ shards = Table(
     Column("device", String(16)),                        # device type that committed it: cpu | cuda | mps
     Column("engine", Text),                              # that engine's settings as JSON (queueing.usage)
     Column("rows_reused", Integer, nullable=False, default=0, server_default="0"),  # incremental: from the cache
+    Column("generate_usage", Text),                      # generate: prefill and rows per adapter as JSON
+                                                         # (jobs.generate_usage; 0020); NULL: other modes, older shards
     PrimaryKeyConstraint("job_id", "shard_index"),
     Index("ix_barge_shards_lease", "status", "lease_expires_at"),
     Index("ix_barge_shards_finished", "job_id", "finished_at"),

@@ -27,7 +27,7 @@ serves the next shard's rows too.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -50,6 +50,7 @@ class ShardOrder:
     todo_indices: list[int]             # position k of the feed's order -> the todo index that runs there
     prompts: list[array | str]          # todo index -> its prompt's token ids, or why it has none
     num_prefill_lower_bound: int        # distinct prefix tokens of the shard's prompts (prefix_order.py)
+    refused: list[int] = field(default_factory=list)   # todo indices of tokenized rows the engine would not queue
 
 
 class GenerateFeed:
@@ -93,12 +94,15 @@ class GenerateFeed:
                 work.put(index, error_output(prompt))
             else:
                 runnable.append((index, list(prompt)))
+        order.refused.extend(self._queue(work, runnable))
         if first_index + len(rows) >= len(work.todo):
             del self._orders[id(work)]
-        self._queue(work, runnable)
+            if order.refused:
+                self._bound_without_refused(work, order)
 
-    def _queue(self, work: ShardWork, runnable: list[tuple[int, object]]) -> None:
-        """Add (todo index, prompt) pairs to the engine with their rows' sampling params."""
+    def _queue(self, work: ShardWork, runnable: list[tuple[int, object]]) -> list[int]:
+        """Add (todo index, prompt) pairs to the engine with their rows' sampling params; the
+        todo indices it refused (an adapter that cannot be read), which get their errors."""
         rows = [work.todo[index] for index, _ in runnable]
         ids = work.ids.take(pa.array(rows, type=pa.int64()))
         row_params = [work.row_params[row] for row in rows] if work.row_params else None
@@ -108,11 +112,24 @@ class GenerateFeed:
         adapters = row_adapters(work.job.spec.adapter, row_params, len(rows)) if self.key.lora else None
         request_ids = (self.llm.add_requests(prompts, params) if adapters is None
                        else self.llm.add_requests(prompts, params, adapter=adapters))
+        refused = []
         for (index, _), request_id in zip(runnable, request_ids):
             if isinstance(request_id, str):     # why the row cannot run
                 work.put(index, error_output(request_id))
+                refused.append(index)
             else:
                 self._requests[request_id] = (work, index)
+        return refused
+
+    def _bound_without_refused(self, work: ShardWork, order: ShardOrder) -> None:
+        """The shard's lower bound over the rows the engine ran: refused rows computed nothing.
+        Planned again over those prompts, which costs a sort, only for a shard with refused rows."""
+        refused = set(order.refused)
+        ran = [prompt for index, prompt in enumerate(order.prompts)
+               if not isinstance(prompt, str) and index not in refused]
+        bound = plan_prefix_order(ran).num_distinct_tokens
+        self.num_prefill_lower_bound -= order.num_prefill_lower_bound - bound
+        work.num_prefill_lower_bound = bound
 
     def _order(self, work: ShardWork) -> ShardOrder:
         """Tokenize every row of the shard and plan their order; token ids kept as int32
@@ -125,6 +142,7 @@ class GenerateFeed:
         order = ShardOrder([tokenized[k] for k in plan.order] + untokenized, prompts, plan.num_distinct_tokens)
         self._orders[id(work)] = order
         self.num_prefill_lower_bound += order.num_prefill_lower_bound
+        work.num_prefill_lower_bound = order.num_prefill_lower_bound   # recorded with the shard's usage
         return order
 
     def step(self) -> list[ShardWork]:

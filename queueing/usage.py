@@ -1,4 +1,5 @@
-"""What one shard used: rows, tokens, row errors by kind, and the engine that ran it.
+"""What one shard used: rows, tokens, row errors by kind, the engine that ran it, and for
+a generate shard its prefill and rows per LoRA adapter (jobs.generate_usage).
 
 Recorded with the shard's commit (throughput, `barge report`) and counted in the
 worker's metrics. Error kinds are a small fixed set so that a metric label never
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+
+from jobs.generate_usage import AdapterUsage, GenerateUsage, Prefill, in_order
 
 ERROR_KINDS = ("null_input", "bad_type", "empty_input", "too_long", "out_of_memory", "other")
 
@@ -36,16 +39,35 @@ class ShardUsage:
                                         # transcribe: tokens decoded
     error_kinds: dict[str, int] = field(default_factory=dict)   # kind (ERROR_KINDS) -> failed rows
     engine: dict = field(default_factory=dict)                  # engine_settings(); "device" among them
+    generate: GenerateUsage | None = None                       # generate: prefill, rows per adapter; else None
 
     @property
     def device(self) -> str:
         return self.engine.get("device", "unknown")
 
 
-def shard_usage(model: str, mode: str, outputs: list, engine: dict) -> ShardUsage:
+def shard_usage(model: str, mode: str, outputs: list, engine: dict, generate: GenerateUsage | None = None,
+                ) -> ShardUsage:
     kinds = Counter(error_kind(out.error) for out in outputs if out.error is not None)
     return ShardUsage(model=model, mode=mode, num_rows=len(outputs), rows_failed=sum(kinds.values()),
-                      num_tokens=sum(num_tokens(out) for out in outputs), error_kinds=dict(kinds), engine=engine)
+                      num_tokens=sum(num_tokens(out) for out in outputs), error_kinds=dict(kinds), engine=engine,
+                      generate=generate)
+
+
+def generate_usage(outputs: list, adapters: list[str | None] | None, num_lower_bound: int | None) -> GenerateUsage:
+    """A generate shard's prefill over the rows the engine ran (engine.generate.outputs.
+    GenerationOutput), and with `adapters` (each output's row's LoRA adapter, None for the
+    base model; None for a job without adapters) its rows and tokens per adapter.
+    `num_lower_bound`: the shard's prefill lower bound, None if not measured."""
+    prefill = Prefill(sum(out.num_prompt_tokens for out in outputs), sum(out.num_cached_tokens for out in outputs),
+                      num_lower_bound)
+    if adapters is None:
+        return GenerateUsage(prefill)
+    rows, tokens = Counter(), Counter()
+    for adapter, out in zip(adapters, outputs, strict=True):
+        rows[adapter] += 1
+        tokens[adapter] += num_tokens(out)
+    return GenerateUsage(prefill, in_order(AdapterUsage(adapter, rows[adapter], tokens[adapter]) for adapter in rows))
 
 
 def num_tokens(output) -> int:

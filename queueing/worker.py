@@ -22,7 +22,9 @@ import pyarrow as pa
 
 from jobs.cache_reach import CacheReach
 from jobs.events import shard_events
+from jobs.generate_usage import GenerateUsage
 from jobs.records import JobRecord
+from jobs.row_params import row_adapters
 from jobs.store import ShardClaim
 from queueing.devices import EXIT_DEVICE_FAULT, is_device_fault
 from jobs.failpoints import crash_if_poisoned, failpoint, hang_if_poisoned
@@ -35,7 +37,7 @@ from jobs.messaging import CONTROL_QUEUE
 from queueing.runtime import EngineKey, Runtime
 from jobs.transient import is_transient, retrying
 from queueing.shard_rows import read_rows, with_row_errors
-from queueing.usage import ShardUsage, shard_usage
+from queueing.usage import ShardUsage, generate_usage, shard_usage
 from storage.manifest import decode_schema
 from storage.plan import ShardPlan
 from storage.write import PartInfo, part_name, write_part
@@ -103,6 +105,8 @@ class ShardWork:
     started_at: float = field(default_factory=time.monotonic)
     early: dict = field(default_factory=dict)          # todo index -> output that finished before earlier rows
     row_params: list | None = None                     # row -> its params over the job's (jobs.row_params)
+    num_prefill_lower_bound: int | None = None         # generate: distinct prefix tokens of the prompts (the feed's
+                                                       # order, or summed over engine.generate calls); None: unknown
 
     @property
     def shard_index(self) -> int:
@@ -128,6 +132,13 @@ class ShardWork:
         self.early[index] = output
         while len(self.outputs) in self.early:
             self.outputs.append(self.early.pop(len(self.outputs)))
+
+    def row_adapters(self) -> list[str | None] | None:
+        """Each todo row's LoRA adapter (None: the base model), or None for a job without adapters."""
+        if not EngineKey.for_job(self.job).lora:
+            return None
+        overrides = [self.row_params[row] for row in self.todo] if self.row_params else None
+        return row_adapters(self.job.spec.adapter, overrides, len(self.todo)) or [None] * len(self.todo)
 
     def can_share_batch(self, other: "ShardWork") -> bool:
         """Rows of one job share an engine call (same model, mode, params and quantization:
@@ -205,6 +216,9 @@ def infer_rows(runtime: Runtime, batch: list[tuple[ShardWork, list[int]]]) -> No
     with runtime.watch.busy(f"{first.job.spec.mode} of {len(inputs)} rows of job {first.job.id}", engine):
         hang_if_poisoned(inputs)
         outputs = infer(engine, first.job, ids, inputs, row_params)
+    if first.job.spec.mode == "generate" and len(batch) == 1:   # the synchronous path (the pipeline's go to the feed)
+        first.num_prefill_lower_bound = ((first.num_prefill_lower_bound or 0)
+                                         + engine.llm.last_run.num_prefill_lower_bound)
     start = 0
     for work, rows in batch:
         work.outputs.extend(outputs[start:start + len(rows)])
@@ -248,6 +262,7 @@ class ShardWritten:
     rows_reused: int = 0                # incremental: rows taken from the results cache
     cache: ResultCache | None = None
     cache_write: CacheWrite | None = None   # indexed once the part is committed
+    generate: GenerateUsage | None = None   # generate: prefill and rows per adapter (queueing.usage)
 
 
 def _write(runtime: Runtime, work: ShardWork) -> ShardWritten:
@@ -265,7 +280,9 @@ def _write(runtime: Runtime, work: ShardWork) -> ShardWritten:
         table = table.append_column(name, column)
     table = table.select(schema.names).cast(schema)
     part = write_part(job.spec.output, part_name(work.shard), table)
-    return ShardWritten(part, work.outputs, cached.num_hits if cached else 0, work.cache, cache_write)
+    generate = (generate_usage(work.outputs, work.row_adapters(), work.num_prefill_lower_bound)
+                if job.spec.mode == "generate" else None)
+    return ShardWritten(part, work.outputs, cached.num_hits if cached else 0, work.cache, cache_write, generate)
 
 
 def _result_cache(runtime: Runtime, job: JobRecord, schema: pa.Schema, carried: dict) -> ResultCache | None:
@@ -279,7 +296,8 @@ def _result_cache(runtime: Runtime, job: JobRecord, schema: pa.Schema, carried: 
 def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClaim,
             written: ShardWritten) -> ShardOutcome:
     outputs = written.outputs
-    usage = shard_usage(job.model_key, job.spec.mode, outputs, runtime.engine_settings(EngineKey.for_job(job)))
+    usage = shard_usage(job.model_key, job.spec.mode, outputs, runtime.engine_settings(EngineKey.for_job(job)),
+                        written.generate)
     rows_failed = usage.rows_failed
 
     def commit() -> tuple[bool, bool]:
@@ -287,7 +305,7 @@ def _commit(runtime: Runtime, job: JobRecord, shard_index: int, claim: ShardClai
             job.id, shard_index, claim.token, part=dataclasses.asdict(written.part),
             rows_succeeded=len(outputs) - rows_failed + written.rows_reused, rows_failed=rows_failed,
             events=shard_events(job), num_tokens=usage.num_tokens, engine=usage.engine,
-            rows_reused=written.rows_reused)
+            rows_reused=written.rows_reused, generate_usage=usage.generate)
 
     # Fenced by the claim's token, so retrying through an outage cannot commit twice (a
     # commit whose answer was lost reads as "lost" here; the job's owner then finalizes

@@ -7,8 +7,9 @@ adapter A, adapter B and null (the base) over its rows, plus a row naming a fold
 not there and one naming an adapter made for another base's shapes, when it runs on the
 worker in several shards, then every row is written once, each good row's greedy text is
 the engine's run alone (in this process) with that row's adapter, and the two bad rows
-carry their adapter's error while their neighbours run. A job naming adapter B for every
-row (JobSpec.adapter) gives every row B's text, on the same worker."""
+carry their adapter's error while their neighbours run, and `barge report` counts each
+adapter's rows and tokens and the job's prefill (issues 44 and 47). A job naming adapter B for
+every row (JobSpec.adapter) gives every row B's text, on the same worker."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import JobSpec, JobStatus
+from jobs.report import format_report, job_report
 from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
 from tests.support.stack import stack
 
@@ -77,6 +79,23 @@ def test_a_job_with_an_adapter_column_runs_each_row_with_its_adapter(tmp_path):
                                             output=str(tmp_path / "b"), params=params, adapter=adapters["B"]))
         for job in (mixed, every_row_b):
             assert job.wait(timeout=300).status == JobStatus.SUCCEEDED, deployment.worker_logs()
+        reports = {job.id: job_report(client.store, job.id) for job in (mixed, every_row_b)}
+
+    # The report: rows and tokens per adapter (a bad adapter's rows under it, with no tokens), and prefill
+    mixed_report, b_report = reports[mixed.id], reports[every_row_b.id]
+    by_adapter = {usage.adapter: usage for usage in mixed_report.generate.adapters}
+    assert {adapter: usage.num_rows for adapter, usage in by_adapter.items()} == {
+        None: 2, adapters["A"]: 2, adapters["B"]: 2, locations[6]: 1, locations[7]: 1}
+    assert by_adapter[locations[6]].num_tokens == by_adapter[locations[7]].num_tokens == 0
+    assert sum(usage.num_tokens for usage in by_adapter.values()) == mixed_report.num_tokens
+    assert [(u.adapter, u.num_rows) for u in b_report.generate.adapters] == [(adapters["B"], len(PROMPTS))]
+    for job, report in ((mixed, mixed_report), (every_row_b, b_report)):
+        prefill = report.generate.prefill
+        assert sum(u.num_rows for u in report.generate.adapters) == report.rows_succeeded + report.rows_failed
+        num_prompt_tokens = sum(n or 0 for n in job.results().column("num_prompt_tokens").to_pylist())
+        assert prefill.num_computed_tokens + prefill.num_cached_tokens == prefill.num_prompt_tokens == num_prompt_tokens
+        assert 0 < prefill.num_lower_bound <= prefill.num_computed_tokens, prefill
+    assert "  adapters: base 2 rows " in format_report(mixed_report)
 
     greedy = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0)
 

@@ -7,7 +7,8 @@ queued; an adapter column with an incremental job, or of the wrong type, is refu
 `params.adapter_column`. A good adapter, by path or fsspec URL, is queued, and an
 incremental job's results cache is keyed by the adapter's bytes. Run by run_shard in this
 process (no pipeline: queueing.inference's engine call, not the generate feed), a job's
-rows each get their adapter's text, and a row naming a missing adapter its error."""
+rows each get their adapter's text, and a row naming a missing adapter its error; its report
+and manifest count the rows and tokens of each adapter and the prefill (issues 44 and 47)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ import torch
 from jobs import JobSpec, JobSpecError, JobStatus
 from jobs.client import Client
 from jobs.models import resolve_model
+from jobs.report import format_report, job_report
 from jobs.settings import Settings
 from queueing import planning
 from queueing.app import create_app
 from queueing.finalize import finalize_job
 from queueing.runtime import EngineKey, Runtime, WorkerOptions
 from queueing.worker import run_shard
+from storage.manifest import read_manifest
 from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
@@ -154,3 +157,19 @@ def test_a_worker_without_a_pipeline_runs_each_row_with_its_adapter(client, fold
     assert table.column("text").to_pylist() == alone
     assert alone[0] != engine.generate([prompts[0]], greedy)[0].text, "the adapter changed the text"
     assert "no adapter_config.json" in table.column("error").to_pylist()[3]
+
+    # The report and the manifest: every row under its adapter, tokens and prefill consistent with the output
+    report = job_report(client.store, job.id)
+    usage = report.generate
+    assert {a.adapter: a.num_rows for a in usage.adapters} == {None: 2, str(folders["good"]): 2,
+                                                                str(tmp_path / "missing"): 1}
+    assert sum(a.num_rows for a in usage.adapters) == report.rows_succeeded + report.rows_failed == 5
+    assert sum(a.num_tokens for a in usage.adapters) == report.num_tokens
+    num_prompt_tokens = sum(n or 0 for n in table.column("num_prompt_tokens").to_pylist())
+    prefill = usage.prefill
+    assert prefill.num_prompt_tokens == num_prompt_tokens > 0
+    assert prefill.num_computed_tokens + prefill.num_cached_tokens == num_prompt_tokens
+    assert 0 < prefill.num_lower_bound <= prefill.num_computed_tokens, "each engine.generate call's bound, summed"
+    assert f"  adapters: base 2 rows {usage.adapters[0].num_tokens:,} tokens; " in format_report(report)
+    stats = read_manifest(str(tmp_path / "out")).stats
+    assert stats["prefill"] == report.to_dict()["prefill"] and stats["adapters"] == report.to_dict()["adapters"]

@@ -13,6 +13,7 @@ import pytest
 
 from jobs import JobSpec, ShardStatus
 from jobs.client import Client
+from jobs.report import format_report, job_report
 from jobs.settings import Settings
 from queueing import planning
 from queueing.app import create_app
@@ -204,6 +205,25 @@ def test_generate_rows_of_many_shards_share_one_running_batch(generate_deploymen
         assert piped.column("doc_id").to_pylist() == sync.column("doc_id").to_pylist()
         assert piped.column("text").to_pylist() == sync.column("text").to_pylist()
         assert piped.column("finish_reason").to_pylist() == sync.column("finish_reason").to_pylist()
+
+    # Both report their prefill (issue 47): the feed's bound is each shard's prefix order's, the
+    # synchronous path's each engine.generate call's. The first job ran on an empty cache, so it
+    # computed no fewer prompt tokens than its bound; the second found blocks of the same prompts
+    # still cached (jobs.generate_usage's NOTE: the bound holds against an empty cache only).
+    prompt_tokens = sum(pq.read_table(tmp_path / "piped" / shard.part["name"]).column("num_prompt_tokens")
+                        .to_numpy().sum() for shard in shards)
+    for job in (job_id, other):
+        report = job_report(client.store, job)
+        prefill = report.generate.prefill
+        assert prefill.num_prompt_tokens == prompt_tokens
+        assert prefill.num_computed_tokens + prefill.num_cached_tokens == prompt_tokens
+        assert prefill.num_lower_bound > 0
+        if job == job_id:
+            assert prefill.num_lower_bound <= prefill.num_computed_tokens, prefill
+        else:
+            assert prefill.num_cached_tokens > 0, prefill
+        assert report.generate.adapters == (), "a job without adapters counts none"
+        assert "  prefill: " in format_report(report) and "adapters:" not in format_report(report)
 
 
 def test_a_cancelled_generate_job_aborts_its_requests_mid_batch(generate_deployment, tmp_path, monkeypatch):

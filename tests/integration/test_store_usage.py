@@ -1,6 +1,6 @@
-"""Shard usage in SQL (migration 0005): tokens and engine recorded at commit, then
-throughput, worker time by device and the job report read back — on SQLite and
-PostgreSQL alike."""
+"""Shard usage in SQL (migrations 0005 and 0020): tokens, engine and a generate shard's
+prefill and rows per adapter recorded at commit, then throughput, worker time by device
+and the job report read back — on SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from alembic import command
 from alembic.config import Config
 
 from jobs import tables
+from jobs.generate_usage import AdapterUsage, GenerateUsage, Prefill
 from jobs.report import format_report, job_report
-from jobs.status import JobStatus
+from jobs.status import JobStatus, ShardStatus
 from jobs.store import MIGRATIONS, Store
 from test_store import make_plans, new_job, part, postgres_url, store, store_url  # noqa: F401 (fixtures)
 
@@ -22,7 +23,7 @@ CUDA = {**CPU, "device": "cuda", "device_name": "NVIDIA H200"}
 
 
 def run_shard(store: Store, job_id: str, shard_index: int, *, seconds: float, tokens: int, engine: dict,
-              rows_failed: int = 0) -> None:
+              rows_failed: int = 0, generate_usage: GenerateUsage | None = None) -> None:
     claim = store.claim_shard(job_id, shard_index, worker_id="w")
     # Given the attempt ran `seconds`: move its start back rather than sleeping.
     with store.engine.begin() as conn:
@@ -31,7 +32,7 @@ def run_shard(store: Store, job_id: str, shard_index: int, *, seconds: float, to
                      .values(started_at=time.time() - seconds))
     committed, _ = store.commit_shard(job_id, shard_index, claim.token, part=part(shard_index),
                                       rows_succeeded=10 - rows_failed, rows_failed=rows_failed,
-                                      num_tokens=tokens, engine=engine)
+                                      num_tokens=tokens, engine=engine, generate_usage=generate_usage)
     assert committed
 
 
@@ -67,6 +68,26 @@ def test_report_sums_worker_time_by_device_and_prices_it(store):
     assert job_report(store, job_id).cost is None
 
 
+def test_a_generate_jobs_report_sums_its_committed_shards_prefill_and_adapters(store):
+    # Given a generate job of three shards: two committed with their usage, one still running
+    job_id = new_job(store, mode="generate", model="smollm2", id_column=None, webhook_url=None,
+                     params={"max_tokens": 8, "adapter_column": "adapter"})
+    store.start_job(job_id, make_plans(3))
+    sql = "s3://adapters/sql/"
+    run_shard(store, job_id, 0, seconds=1.0, tokens=700, engine=CPU, generate_usage=GenerateUsage(
+        Prefill(600, 200, 350), (AdapterUsage(None, 4, 300), AdapterUsage(sql, 6, 400))))
+    run_shard(store, job_id, 1, seconds=1.0, tokens=500, engine=CPU, generate_usage=GenerateUsage(
+        Prefill(400, 0, 380), (AdapterUsage(sql, 10, 500),)))
+    store.claim_shard(job_id, 2, worker_id="w")
+    # When the report is read
+    report = job_report(store, job_id)
+    # Then
+    assert report.generate == GenerateUsage(Prefill(1000, 200, 730), (AdapterUsage(None, 4, 300),
+                                                                     AdapterUsage(sql, 16, 900)))
+    assert report.to_dict()["prefill"]["num_computed_tokens"] == 800
+    assert "  adapters: base 4 rows 300 tokens; s3://adapters/sql/ 16 rows 900 tokens" in format_report(report)
+
+
 def test_a_job_without_commits_reports_nothing_yet(store):
     job_id = new_job(store)
     progress = store.progress(job_id)
@@ -100,4 +121,34 @@ def test_migration_0005_keeps_existing_shards_with_zero_tokens(tmp_path):
     old.migrate()
     with old.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT num_tokens, device, engine FROM barge_shards")).one() == (0, None, None)
+    old.engine.dispose()
+
+
+def test_migration_0020_keeps_generate_shards_committed_before_it_and_reports_them_as_before(tmp_path):
+    # Given a generate job's shard committed on a 0019 deployment
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = Store(url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with old.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        config.attributes["secret_box"] = old.secrets
+        command.upgrade(config, "0019")
+    spec = '{"mode": "generate", "model": "smollm2", "input": "/in/a.parquet", "output": "/out/"}'
+    with old.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO barge_jobs (id, status, mode, model_key, spec, rows_total, output_schema, "
+                             "created_at, updated_at) VALUES ('j', :running, 'generate', 'm', :spec, 10, 's', 0, 0)"),
+                     {"running": int(JobStatus.RUNNING), "spec": spec})
+        conn.execute(sa.text("INSERT INTO barge_shards (job_id, shard_index, plan, num_rows, status, attempt, "
+                             "rows_succeeded, rows_failed, updated_at, num_tokens, started_at, finished_at) "
+                             "VALUES ('j', 0, '{}', 10, :committed, 1, 10, 0, 0, 90, 1, 2)"),
+                     {"committed": int(ShardStatus.COMMITTED)})
+    # When the store is migrated and the job reported
+    old.migrate()
+    # Then the shard recorded no usage, and the report reads as a report before 0020
+    with old.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT generate_usage FROM barge_shards")).scalar_one() is None
+    report = job_report(old, "j")
+    assert report.generate is None and report.num_tokens == 90
+    assert "prefill" not in report.to_dict() and "prefill" not in format_report(report)
     old.engine.dispose()

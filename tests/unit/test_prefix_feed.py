@@ -97,3 +97,30 @@ def test_the_shards_lower_bound_counts_each_distinct_prefix_once():
     work = _shard(["abcx", "abcy", "abz"])
     feed.add(work, work.take(1), 0)
     assert feed.num_prefill_lower_bound == 6          # a b c x y z
+    assert work.num_prefill_lower_bound == 6, "the shard carries its own bound to its usage"
+    other = _shard(["abcx", "q"])
+    feed.add(other, other.take(2), 0)
+    assert (feed.num_prefill_lower_bound, other.num_prefill_lower_bound, work.num_prefill_lower_bound) == (11, 5, 6)
+
+
+def test_rows_the_engine_refuses_when_queued_leave_the_shards_bound():
+    # Given an engine that refuses prompts holding a "q" (as it refuses a row whose adapter cannot be read)
+    class Refusing(RecordingEngine):
+        def add_requests(self, prompts, params):
+            return [super(Refusing, self).add_requests([prompt], [one])[0] if ord("q") not in prompt
+                    else "adapter cannot be read" for prompt, one in zip(prompts, params)]
+    feed = GenerateFeed(SimpleNamespace(llm=Refusing(GenerateOptions())), EngineKey("m", "generate"))
+    work = _shard(["abcx", "qqqq", "abcy", "abz"])
+    # When its rows are fed two at a time
+    while not work.is_fed:
+        first_index = work.fed
+        feed.add(work, work.take(2), first_index)
+        feed.step()
+    # Then the refused row has its error and its tokens are not in the bound
+    assert "cannot be read" in work.outputs[1].error
+    assert work.num_prefill_lower_bound == feed.num_prefill_lower_bound == 6   # a b c x y z
+
+
+def test_without_prefix_order_the_shards_bound_is_not_measured():
+    _, work = _run(False, INPUTS, 3)
+    assert work.num_prefill_lower_bound is None
