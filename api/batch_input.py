@@ -10,19 +10,22 @@ what formatting each line asks for. A /v1/rerank or /v1/score line holds (query,
 document) pairs (api.score_input), one row each, run as a job in mode "score".
 
 NOTE: a Barge job has one model, so every line of a batch must ask for the same one
-(as OpenAI requires). Everything else is the line's own, as each line is its own request
-to OpenAI: each row carries its line's params as JSON in the job's input (the job's
-`params_column`, jobs.row_params). Sampling params (max_tokens, temperature, seed, stop,
-response_format) run side by side in the engine's batches; an embeddings line's
-`dimensions` gives its rows their own width (the job's embedding column is then a list
-as long as each row's, storage.schemas). A score job's rows share its params: the
-columns holding each pair's query and document.
+(as OpenAI requires), or for a LoRA adapter on it: a generate line's `model` may be
+`BASE:ADAPTER`, an adapter the server registered (api.batch_adapters), and the job's
+adapter column gives each row its line's adapter (null: the base). Everything else is the
+line's own, as each line is its own request to OpenAI: each row carries its line's params
+as JSON in the job's input (the job's `params_column`, jobs.row_params). Sampling params
+(max_tokens, temperature, seed, stop, response_format) run side by side in the engine's
+batches; an embeddings line's `dimensions` gives its rows their own width (the job's
+embedding column is then a list as long as each row's, storage.schemas). A score job's
+rows share its params: the columns holding each pair's query and document.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from api.batch_adapters import ADAPTER_COLUMN, AdapterRefused, BatchAdapters, LineModel, split_model
 from api.json_lines import NotJson, cut, json_type, load_line, physical_lines, shown
 from api.score_input import RERANK, SCORE, BadPairs, ScorePairs, score_pairs
 from engine.generate.structured import from_response_format
@@ -75,10 +78,11 @@ class BatchRequests:
     """A valid batch: its rows in order, and what is shared or per line."""
 
     endpoint: str
-    model: str
-    params: dict                                   # the job's params: its params_column (and logprobs: 0);
-                                                   # a score job's: PAIR_COLUMN_PARAMS
+    model: str                                     # the base model every line runs on (the job's)
+    params: dict                                   # the job's params: its params_column (and logprobs: 0,
+                                                   # adapter_column); a score job's: PAIR_COLUMN_PARAMS
     custom_ids: list[str] = field(default_factory=list)       # line index -> custom_id
+    line_models: list[str] = field(default_factory=list)      # line index -> `model` as the line gave it
     encodings: list[str] = field(default_factory=list)        # line index -> "float" | "base64" (embeddings)
     top_ns: list[int | None] = field(default_factory=list)    # line index -> rerank's top_n (None: all)
     return_documents: list[bool] = field(default_factory=list)  # line index -> rerank's results carry documents
@@ -88,6 +92,7 @@ class BatchRequests:
                                                               # or a pair's query (rerank, score)
     row_documents: list[str] = field(default_factory=list)    # row -> its pair's document (rerank, score only)
     row_params: list[dict] = field(default_factory=list)      # row -> its line's params (sampling; embed: dimensions)
+    row_adapters: list[str | None] = field(default_factory=list)  # row -> its line's adapter location (None: base)
 
     @property
     def num_lines(self) -> int:
@@ -101,12 +106,14 @@ class _Refused(Exception):
 
 
 def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str | tuple[str, ...]],
-                embedding_widths: dict[str, int] | None = None) -> BatchRequests | list[LineError]:
+                embedding_widths: dict[str, int] | None = None,
+                adapters: BatchAdapters | None = None) -> BatchRequests | list[LineError]:
     """The file's requests, or every error found (each naming its line).
     `known_models`: model name -> the modes it serves (jobs.models.model_modes: an embed
     or generate model also scores pairs), or its one mode ("generate", "embed", ...);
     `embedding_widths`: embed model name -> its vector length, the most `dimensions` a
-    line may ask (a model not named there is held to it when its rows run)."""
+    line may ask (a model not named there is held to it when its rows run); `adapters`:
+    the LoRA adapters a generate line may name as BASE:ADAPTER (None: none)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -129,7 +136,8 @@ def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str | tuple[
                                                       f"{first_line[custom_id]}'s; custom_id must be unique in a batch",
                                "custom_id")
             first_line[custom_id] = number
-            batch = _add_request(batch, request, endpoint, known_models, embedding_widths or {})
+            batch = _add_request(batch, request, endpoint, known_models, embedding_widths or {},
+                                 adapters or BatchAdapters.none())
         except _Refused as refused:
             errors.append(LineError(refused.error.code, refused.error.message, line=number, param=refused.error.param))
     if errors:
@@ -140,7 +148,15 @@ def parse_batch(data: bytes, endpoint: str, known_models: dict[str, str | tuple[
     if endpoint in SCORE_ENDPOINTS and len(batch.row_inputs) > MAX_SCORE_PAIRS:
         return [LineError("too_many_inputs", f"the batch has {len(batch.row_inputs)} (query, document) pairs; at "
                                              f"most {MAX_SCORE_PAIRS}")]
-    return _with_logprobs_column(batch)
+    return _with_adapter_column(_with_logprobs_column(batch))
+
+
+def _with_adapter_column(batch: BatchRequests) -> BatchRequests:
+    """Lines naming adapters make the job's rows carry theirs (jobs.row_params); a batch of
+    the base alone names no column, and runs on the worker's plain engine."""
+    if any(location is not None for location in batch.row_adapters):
+        batch.params = {**batch.params, "adapter_column": ADAPTER_COLUMN}
+    return batch
 
 
 def _with_logprobs_column(batch: BatchRequests) -> BatchRequests:
@@ -178,13 +194,19 @@ def _parse_line(line: str, endpoint: str) -> dict:
 
 
 def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, known_models: dict,
-                 embedding_widths: dict[str, int]) -> BatchRequests:
+                 embedding_widths: dict[str, int], adapters: BatchAdapters) -> BatchRequests:
     body = request["body"]
     unknown = sorted(set(body) - ACCEPTED_FIELDS[endpoint])
     if unknown:
         raise _Refused("unsupported_parameter", f"{_names(unknown)} {'is' if len(unknown) == 1 else 'are'} not "
                                                 f"supported by this server for {endpoint}", f"body.{cut(unknown[0])}")
-    model = _model(body, endpoint, known_models)
+    line_model = _model(body, endpoint, known_models, adapters)
+    if batch is not None and line_model.base != batch.model:   # before its adapter is read: the base is wrong
+        raise _Refused("mismatched_model", f"the model {shown(body['model'])} differs from the batch's "
+                                           f"{batch.model!r}; a batch takes one model (and adapters on it, as "
+                                           f"{batch.model}:ADAPTER)", "body.model")
+    adapter = _adapter_location(line_model, endpoint, adapters)
+    model = line_model.base
     pairs = _pairs(body, endpoint) if endpoint in SCORE_ENDPOINTS else None
     if pairs is not None:   # a score job's rows share its params (PAIR_COLUMN_PARAMS)
         params, inputs = {}, pairs.queries
@@ -195,11 +217,9 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
     if batch is None:
         batch = BatchRequests(endpoint=endpoint, model=model, params=(
             dict(PAIR_COLUMN_PARAMS) if pairs is not None else {"params_column": PARAMS_COLUMN}))
-    elif model != batch.model:
-        raise _Refused("mismatched_model", f"the model {shown(model)} differs from the batch's {batch.model!r}; "
-                                           "a batch takes one model", "body.model")
     line_index = batch.num_lines
     batch.custom_ids.append(request["custom_id"])
+    batch.line_models.append(body["model"])
     batch.encodings.append(body.get("encoding_format", "float"))
     batch.top_ns.append(pairs.top_n if pairs is not None else None)
     batch.return_documents.append(pairs is not None and pairs.return_documents)
@@ -208,6 +228,7 @@ def _add_request(batch: BatchRequests | None, request: dict, endpoint: str, know
         batch.row_items.append(item)
         batch.row_inputs.append(value)
         batch.row_params.append(params)
+        batch.row_adapters.append(adapter)
     if pairs is not None:
         batch.row_documents.extend(pairs.documents)
     return batch
@@ -220,19 +241,34 @@ def _pairs(body: dict, endpoint: str) -> ScorePairs:
         raise _Refused(refused.code, refused.message, refused.param) from None
 
 
-def _model(body: dict, endpoint: str, known_models: dict) -> str:
+def _model(body: dict, endpoint: str, known_models: dict, adapters: BatchAdapters) -> LineModel:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _Refused("missing_required_parameter", "the body has no model", "body.model")
-    served = known_models.get(model)
+    line_model = split_model(model, known_models)
+    served = known_models.get(line_model.base)
     if served is None:
+        hint = f"; name an adapter on its base model, as BASE:{model}" if model in adapters.locations else ""
         raise _Refused("model_not_found", f"the model {shown(model)} does not exist; this server serves "
-                                          f"{', '.join(sorted(known_models)) or 'none'}", "body.model")
+                                          f"{', '.join(sorted(known_models)) or 'none'}{hint}", "body.model")
     modes = (served,) if isinstance(served, str) else served
     if ENDPOINT_MODES[endpoint] not in modes:
-        raise _Refused("model_not_found", f"the model {shown(model)} is a model for {' and '.join(modes)}, not for "
-                                          f"{endpoint}", "body.model")
-    return model
+        raise _Refused("model_not_found", f"the model {shown(line_model.base)} is a model for {' and '.join(modes)}, "
+                                          f"not for {endpoint}", "body.model")
+    return line_model
+
+
+def _adapter_location(line_model: LineModel, endpoint: str, adapters: BatchAdapters) -> str | None:
+    """Where the line's adapter is (None: the base model alone), checked against the base."""
+    if line_model.adapter is None:
+        return None
+    if ENDPOINT_MODES[endpoint] != "generate":
+        raise _Refused("invalid_value", f"{endpoint} takes no adapter; LoRA adapters serve {CHAT} and "
+                                        f"{COMPLETIONS}", "body.model")
+    try:
+        return adapters.location(line_model)
+    except AdapterRefused as refused:
+        raise _Refused(refused.code, refused.message, "body.model") from None
 
 
 def _embedding_params(body: dict, width: int | None) -> dict:

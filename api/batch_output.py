@@ -46,6 +46,8 @@ class RequestRows:
     top_ns: list[int | None] = field(default_factory=list)       # line -> rerank's top_n (None: all results)
     return_documents: list[bool] = field(default_factory=list)   # line -> rerank's results carry their document
     row_documents: list[str] = field(default_factory=list)       # row -> its pair's document (rerank, score)
+    line_models: list[str] = field(default_factory=list)   # line -> `model` as it named it, where lines name
+                                                           # adapters (BASE:ADAPTER); empty: the batch's model
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,10 @@ class BatchOutput:
 
 def batch_output(endpoint: str, model: str, requests: RequestRows, results: list[dict | None],
                  ended: str, reason: str | None = None) -> BatchOutput:
-    """`results`: row -> the job's output row as a dict (None: not run); `ended`: the job's
-    final state ("succeeded", "expired", "cancelled", "failed"); `reason`: a failed job's
-    error, redacted, which each line it left unrun carries (cut short)."""
+    """`model`: the batch's, which each body names (a line that named an adapter: its own,
+    requests.line_models); `results`: row -> the job's output row as a dict (None: not run);
+    `ended`: the job's final state ("succeeded", "expired", "cancelled", "failed");
+    `reason`: a failed job's error, redacted, which each line it left unrun carries (cut short)."""
     rows_of_line: list[list[int]] = [[] for _ in requests.custom_ids]
     for row, line in enumerate(requests.row_lines):
         rows_of_line[line].append(row)
@@ -78,8 +81,9 @@ def batch_output(endpoint: str, model: str, requests: RequestRows, results: list
             message = _row_error(endpoint, failed, line_results[failed]["error"])
             errors.append(_line(custom_id, _response(400, {"error": _error_body(message)}), None))
         else:
+            line_model = requests.line_models[line] if requests.line_models else model
             body = (_score_body(endpoint, model, line_results, requests, line, rows) if endpoint in SCORE_ENDPOINTS
-                    else _body(endpoint, model, line_results, requests.encodings[line]))
+                    else _body(endpoint, line_model, line_results, requests.encodings[line]))
             output.append(_line(custom_id, _response(200, body), None))
             input_tokens += body["usage"]["prompt_tokens"]
             output_tokens += body["usage"].get("completion_tokens", 0)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import time
 
+from api.batch_adapters import served_adapters
 from api.batch_input import ENDPOINT_MODES, SCORE_ENDPOINTS, BatchRequests, LineError, parse_batch
 from api.json_lines import NotJson, load_line, physical_lines, shown
 from api.batch_output import BatchOutput, batch_output
 from api.batch_store import read_requests, write_requests
 from jobs.api_batches import owes_partial_manifest
 from jobs.client import Client, Job
+from jobs.settings import Settings
 from jobs.spec import JobSpec, JobSpecError
 from jobs.status import JobStatus
 from storage.fs import resolve
@@ -35,13 +37,16 @@ def is_openai_input(inputs: list[str], input_format: str | None) -> bool:
     return input_format == "openai" or (input_format is None and len(inputs) == 1 and inputs[0].endswith(".jsonl"))
 
 
-def check_jsonl(source: str) -> BatchRequests:
-    """Every line of the file checked as the API checks it; JobSpecError naming the first bad lines."""
+def check_jsonl(source: str, settings: Settings | None = None) -> BatchRequests:
+    """Every line of the file checked as the API checks it (a line's adapter against this
+    host's BARGE_LORA_MODULES and `settings`, by default this environment's); JobSpecError
+    naming the first bad lines."""
     from api.service import served_models, served_widths
     fs, path = resolve(source)
     data = fs.cat_file(path)
     known_models = served_models()
-    parsed = parse_batch(data, _endpoint(data), known_models, served_widths(known_models))
+    adapters = served_adapters(settings or Settings.from_env())
+    parsed = parse_batch(data, _endpoint(data), known_models, served_widths(known_models), adapters)
     if isinstance(parsed, list):
         raise JobSpecError("input", _describe(parsed))
     return parsed
@@ -53,8 +58,10 @@ def describe_requests(parsed: BatchRequests) -> str:
     distinct = {json.dumps(params, sort_keys=True) for params in parsed.row_params
                 if parsed.endpoint not in SCORE_ENDPOINTS}
     per_row = f" ({len(distinct)} distinct sets of per-line params)" if distinct else ""
+    adapters = sorted(set(parsed.line_models) - {parsed.model})
+    on_adapters = f"; lines naming adapters: {', '.join(adapters)}" if adapters else ""
     return (f"{parsed.num_lines} requests ({len(parsed.row_inputs)} rows) to {parsed.endpoint}; the job: mode "
-            f"{ENDPOINT_MODES[parsed.endpoint]}, model {parsed.model!r}, params {parsed.params}{per_row}")
+            f"{ENDPOINT_MODES[parsed.endpoint]}, model {parsed.model!r}, params {parsed.params}{per_row}{on_adapters}")
 
 
 def submit_jsonl(client: Client, source: str, output: str, **spec_fields) -> Job:
@@ -62,7 +69,7 @@ def submit_jsonl(client: Client, source: str, output: str, **spec_fields) -> Job
     if spec_fields.get("if_exists", "error") == "error" and is_committed(output):
         raise JobSpecError("output", f"{output} already holds a committed result (_SUCCESS); choose another output "
                                      "or submit with if_exists='replace'")
-    parsed = check_jsonl(source)
+    parsed = check_jsonl(source, client.settings)
     spec = JobSpec(mode=ENDPOINT_MODES[parsed.endpoint], model=parsed.model, input=write_requests(output, parsed),
                    output=output, input_column="input", params=parsed.params,
                    metadata={"openai_endpoint": parsed.endpoint}, **spec_fields)
@@ -110,8 +117,13 @@ def _endpoint(data: bytes) -> str:
 
 
 def _describe(errors: list[LineError]) -> str:
-    shown = "; ".join(f"{'line ' + str(e.line) + ': ' if e.line else ''}{e.code}: {e.message}"
-                      for e in errors[:MAX_ERRORS_SHOWN])
+    shown = "; ".join(_described(error) for error in errors[:MAX_ERRORS_SHOWN])
     more = f" (and {len(errors) - MAX_ERRORS_SHOWN} more)" if len(errors) > MAX_ERRORS_SHOWN else ""
     return shown + more
 
+
+def _described(error: LineError) -> str:
+    """E.g. "line 3: invalid_value (body.model): ..."."""
+    where = f"line {error.line}: " if error.line else ""
+    param = f" ({error.param})" if error.param else ""
+    return f"{where}{error.code}{param}: {error.message}"

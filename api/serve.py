@@ -30,6 +30,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", *,
     import uvicorn
 
     from api.app import api_settings_from_env, create_app
+    from api.batch_adapters import lora_modules
     from jobs.client import Client
     from jobs.hosts import check_setting
     from jobs.settings import Settings
@@ -39,6 +40,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", *,
     api_settings = api_settings_from_env(settings)
     # many hosts: the workers read each batch's input from, and write its output to, the API's files
     check_setting("BARGE_API_FILES_URL", api_settings.files_url, settings)
+    for name, location in lora_modules().items():   # what batch lines name as BASE:ADAPTER, read by the workers
+        check_setting(f"BARGE_LORA_MODULES ({name})", location, settings)
     client = Client(settings=settings)   # after the check: a refused server touches no store
 
     configure_logging(log_level.upper())   # Barge's own lines: through the redaction, as a worker's

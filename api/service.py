@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from api.batch_adapters import lora_modules, served_adapters
 from api.batch_input import ENDPOINT_MODES, MAX_REQUESTS, LineError, completion_window_s, parse_batch
 from api.batch_output import batch_output, job_errors
 from api.batch_store import batch_folder, read_requests, write_requests
@@ -57,6 +58,7 @@ class BatchService:
         self.batches = ApiBatches(client.store.engine)
         self.known_models = served_models()
         self.embedding_widths = served_widths(self.known_models)
+        self.lora_modules = lora_modules()   # adapter name -> location: what a line may name as BASE:ADAPTER
 
     # -- files -----------------------------------------------------------------------------
 
@@ -89,7 +91,9 @@ class BatchService:
         if source is None or source.purpose != "batch":
             raise not_found("file", input_file_id, param="input_file_id")
         batch_id = new_batch_id()
-        parsed = parse_batch(self.files.content(source), endpoint, self.known_models, self.embedding_widths)
+        # the adapters a line names are checked once per batch: one retrained since is checked again
+        adapters = served_adapters(self.client.settings, locations=self.lora_modules)
+        parsed = parse_batch(self.files.content(source), endpoint, self.known_models, self.embedding_widths, adapters)
         record = BatchRecord(id=batch_id, key_id=key_id, job_id=None, endpoint=endpoint, model=None,
                              input_file_id=input_file_id, completion_window=window, metadata=metadata or {},
                              created_at=time.time())

@@ -29,9 +29,12 @@ from storage.fs import describe, redact, resolve
 BASE_SIZES = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers")   # config.json's
 
 
-def check_adapter(location: str, model: ModelRef, max_rank: int) -> None:
-    """JobSpecError naming "adapter" when the adapter at `location` cannot serve on `model`."""
-    source = redact(location)
+def check_adapter(location: str, model: ModelRef, max_rank: int, shown_as: str | None = None) -> None:
+    """JobSpecError naming "adapter" when the adapter at `location` cannot serve on `model`.
+    `shown_as`: the name the messages give it instead of its location, and no storage error's
+    text (which quotes paths): an OpenAI batch line names an adapter the server registered
+    (api.batch_adapters), and its client is not shown where the server keeps it."""
+    source = shown_as or redact(location)
     try:
         fs, folder = resolve(location)
         with fs.open(posixpath.join(folder, CONFIG_NAME), "rb") as config_file:
@@ -44,7 +47,8 @@ def check_adapter(location: str, model: ModelRef, max_rank: int) -> None:
     except AdapterError as error:
         raise JobSpecError("adapter", str(error)) from None
     except (OSError, ValueError) as error:
-        raise JobSpecError("adapter", f"adapter {source} cannot be read: {describe(error)} (a PEFT "
+        detail = describe(error) if shown_as is None else type(error).__name__
+        raise JobSpecError("adapter", f"adapter {source} cannot be read: {detail} (a PEFT "
                                       f"adapter is a folder or URL holding {CONFIG_NAME} and {WEIGHTS_NAME})") from None
 
 
