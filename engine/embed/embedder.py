@@ -34,6 +34,7 @@ from engine.layers.pooling import finish, pool
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers import linear
 from engine.layers.packed_linear import HAS_BF16_PACKING, pack_linears
+from engine.loader.meta import on_meta
 from engine.loader.safetensors import assign_weights, read_weights, weight_files
 from engine.models.families import MODEL_TYPES
 from engine.oom import OOM_ROW_ERROR, OomGuard
@@ -96,7 +97,7 @@ class Embedder:
         tokenizer = Tokenizer.from_folder(folder, config.max_seq_length, config.do_lower_case)
         state, fp8 = load_fp8_state(read_weights(folder, family.checkpoint_name_to_ours), checkpoint_fp8, quantization)
         state = family.combine(state, config.architecture)
-        with torch.device("meta"):
+        with on_meta():
             model = family.build(config.architecture)
         use_fp8_linears(model, state, fp8.block_cols if fp8 else None, fp8.name if fp8 else None)
         assign_weights(model, state, folder)

@@ -12,6 +12,7 @@ from engine.generate.model_config import DecoderConfig, load_decoder_config
 from engine.generate.tokenizer import TextTokenizer
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.loader.gguf import read_gguf
+from engine.loader.meta import on_meta
 from engine.loader.safetensors import weight_files
 from engine.models.llama import LlamaForCausalLM, pack_hf_weights
 from engine.quant.checkpoint import load_fp8_state
@@ -44,7 +45,7 @@ def build_model(config: DecoderConfig, state: dict[str, torch.Tensor], dtype: to
                 device: torch.device, fp8: Fp8Config | None = None) -> LlamaForCausalLM:
     """Built on the meta device, then the checkpoint's tensors are assigned, never copied twice.
     Linear layers whose weights carry an FP8 scale become Fp8Linear first."""
-    with torch.device("meta"):
+    with on_meta():
         model = LlamaForCausalLM(config)
     state = pack_hf_weights(state, config)
     use_fp8_linears(model, state, fp8.block_cols if fp8 else None, fp8.name if fp8 else None)

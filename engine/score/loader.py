@@ -13,6 +13,7 @@ from engine.embed.embedder import check_cpu_dtype
 from engine.layers import linear
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers.packed_linear import pack_linears
+from engine.loader.meta import on_meta
 from engine.loader.safetensors import assign_weights, read_weights, weight_files
 from engine.models.families import MODEL_TYPES
 from engine.quant.checkpoint import load_fp8_state
@@ -39,7 +40,7 @@ def load_classifier(folder: str | Path, dtype: torch.dtype, device: torch.device
 
     state, fp8 = load_fp8_state(read_weights(folder, encoder_name), fp8_config_of_folder(folder), quantization)
     state = family.combine(state, config.architecture)
-    with torch.device("meta"):
+    with on_meta():
         model = CLASSIFIERS[family.name](config.architecture, head)
     use_fp8_linears(model.encoder, state, fp8.block_cols if fp8 else None, fp8.name if fp8 else None)
     state = {f"encoder.{name}": tensor for name, tensor in state.items()}

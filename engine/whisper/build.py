@@ -9,6 +9,7 @@ import torch
 
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers.packed_linear import pack_linears
+from engine.loader.meta import without_init
 from engine.quant.checkpoint import load_fp8_state
 from engine.whisper.config import WhisperConfig
 from engine.whisper.decoding import ChunkDecoder
@@ -36,7 +37,9 @@ def load_transcriber(path: str | Path, dtype: torch.dtype, device: torch.device,
                      max_slots: int | None = None, max_admit: int | None = None,
                      quantization: str | None = None) -> Transcriber:
     checkpoint = load_checkpoint(path)
-    model = _load_weights(Whisper(checkpoint.config), checkpoint.state_dict, quantization)
+    with without_init():                # every tensor comes from the checkpoint (a strict load)
+        model = Whisper(checkpoint.config)
+    model = _load_weights(model, checkpoint.state_dict, quantization)
     model = model.to(device=device, dtype=dtype).eval()
     tokenizer = WhisperTokenizer(checkpoint.config, checkpoint.folder)
     rules = LogitRules(tokenizer, *_suppress_lists(checkpoint, tokenizer))
