@@ -22,6 +22,18 @@ serves the next shard's rows too.
 
     todo index (pipeline)   0  1  2  3  4  5
     runs todo index         3  0  5  1  4  2      (A-rows 3 0 5, then B-rows 1 4 2)
+
+A LoRA job's rows (EngineKey.lora) are fed in waves of at most the engine's max_loras
+adapters (engine/lora/waves.py): the base model's rows with the first wave, then each
+adapter's rows together, in prefix order among themselves (the prefix cache is keyed by
+adapter). When a wave's first rows are queued, the engine reads the next wave's adapters
+into its host cache on a background thread (LLMEngine.prefetch_adapters), so that they
+are read while this wave runs and not when their rows are queued. A shard's first wave
+starts with the adapters of the wave the feed queued last, which still hold their slots.
+
+    todo index (pipeline)   0  1  2  3  4  5  6        adapters  A B - C A B D,  max_loras 2
+    runs todo index         2  0  4  1  5  3  6        wave 0: - A A B B   wave 1: C D
+                            ^ prefetch C D
 """
 
 from __future__ import annotations
@@ -33,7 +45,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from engine.generate.outputs import error_output
-from engine.generate.prefix_order import plan_prefix_order
+from engine.generate.prefix_order import PrefixPlan, plan_prefix_order
+from engine.lora.waves import Wave, WavePlan, plan_wave_order
 from jobs.row_params import row_adapters
 from queueing.inference import row_sampling_params
 from queueing.runtime import EngineKey
@@ -49,7 +62,10 @@ class ShardOrder:
 
     todo_indices: list[int]             # position k of the feed's order -> the todo index that runs there
     prompts: list[array | str]          # todo index -> its prompt's token ids, or why it has none
-    num_prefill_lower_bound: int        # distinct prefix tokens of the shard's prompts (prefix_order.py)
+    num_prefill_lower_bound: int        # distinct prefix tokens of the shard's prompts (prefix_order.py),
+                                        # summed over adapters for a LoRA job (waves.py)
+    adapters: list[str | None] | None = None    # a LoRA job's: todo index -> its row's adapter (None: the base)
+    waves: list[Wave] = field(default_factory=list)    # a LoRA job's; Wave.start is a position in todo_indices
     refused: list[int] = field(default_factory=list)   # todo indices of tokenized rows the engine would not queue
 
 
@@ -64,6 +80,7 @@ class GenerateFeed:
         self._requests: dict[int, tuple[ShardWork, int]] = {}   # request id -> (its shard, its row's todo index)
         self._orders: dict[int, ShardOrder] = {}     # id(shard) -> its order, while it has rows to feed
         self.num_prefill_lower_bound = 0             # over the shards ordered so far: distinct prefix tokens
+        self._running_adapters: tuple[str, ...] = ()   # the adapters of the wave queued last (LoRA jobs)
 
     @property
     def num_requests(self) -> int:
@@ -80,13 +97,15 @@ class GenerateFeed:
 
     def add(self, work: ShardWork, rows: list[int], first_index: int) -> None:
         """Queue the rows at todo indices first_index.. (`rows`, positions in the shard, as the
-        pipeline took them) as requests, in the shard's prefix order: the rows the order puts
-        at those indices. A row that cannot run (empty, too long) gets its error at once;
-        bad sampling parameters raise ValueError (the shard fails, as with generate())."""
+        pipeline took them) as requests, in the shard's order (prefix order; a LoRA job's in
+        waves of adapters): the rows the order puts at those indices. A row that cannot run
+        (empty, too long) gets its error at once; bad sampling parameters raise ValueError
+        (the shard fails, as with generate())."""
         if not self.llm.options.order_by_prefix:
             self._queue(work, [(first_index + offset, work.inputs[row]) for offset, row in enumerate(rows)])
             return
         order = self._orders.get(id(work)) or self._order(work)
+        self._start_waves(order, first_index, first_index + len(rows))
         runnable = []
         for index in order.todo_indices[first_index:first_index + len(rows)]:
             prompt = order.prompts[index]
@@ -125,9 +144,9 @@ class GenerateFeed:
         """The shard's lower bound over the rows the engine ran: refused rows computed nothing.
         Planned again over those prompts, which costs a sort, only for a shard with refused rows."""
         refused = set(order.refused)
-        ran = [prompt for index, prompt in enumerate(order.prompts)
+        ran = [index for index, prompt in enumerate(order.prompts)
                if not isinstance(prompt, str) and index not in refused]
-        bound = plan_prefix_order(ran).num_distinct_tokens
+        bound = self._plan(order.prompts, order.adapters, ran).num_distinct_tokens
         self.num_prefill_lower_bound -= order.num_prefill_lower_bound - bound
         work.num_prefill_lower_bound = bound
 
@@ -137,13 +156,33 @@ class GenerateFeed:
         prompts = [self.llm.prompt_token_ids(work.inputs[row]) for row in work.todo]
         prompts = [prompt if isinstance(prompt, str) else array("i", prompt) for prompt in prompts]
         tokenized = [index for index, prompt in enumerate(prompts) if not isinstance(prompt, str)]
-        plan = plan_prefix_order([prompts[index] for index in tokenized])
+        adapters = work.row_adapters() if self.key.lora else None
+        plan = self._plan(prompts, adapters, tokenized)
         untokenized = [index for index, prompt in enumerate(prompts) if isinstance(prompt, str)]
-        order = ShardOrder([tokenized[k] for k in plan.order] + untokenized, prompts, plan.num_distinct_tokens)
+        order = ShardOrder([tokenized[k] for k in plan.order] + untokenized, prompts, plan.num_distinct_tokens,
+                           adapters, plan.waves if isinstance(plan, WavePlan) else [])
         self._orders[id(work)] = order
         self.num_prefill_lower_bound += order.num_prefill_lower_bound
         work.num_prefill_lower_bound = order.num_prefill_lower_bound   # recorded with the shard's usage
         return order
+
+    def _plan(self, prompts: list[array | str], adapters: list[str | None] | None,
+              indices: list[int]) -> PrefixPlan | WavePlan:
+        """The order of the rows at these todo indices (tokenized ones), as positions in
+        `indices`: prefix order, or for a LoRA job waves of adapters (engine/lora/waves.py)."""
+        if adapters is None:
+            return plan_prefix_order([prompts[index] for index in indices])
+        return plan_wave_order([prompts[index] for index in indices], [adapters[index] for index in indices],
+                               self.llm.max_loras, running=self._running_adapters)
+
+    def _start_waves(self, order: ShardOrder, begin: int, end: int) -> None:
+        """Before the rows at order positions begin..end-1 are queued: each wave starting among
+        them is the running one now, and the engine starts reading the next wave's adapters."""
+        for index, wave in enumerate(order.waves):
+            if begin <= wave.start < end:
+                self._running_adapters = wave.adapters
+                if index + 1 < len(order.waves):
+                    self.llm.prefetch_adapters(list(order.waves[index + 1].adapters))
 
     def step(self) -> list[ShardWork]:
         """One engine step; the shards that got outputs from it."""

@@ -218,6 +218,18 @@ class LLMEngine:
             self.scheduler.finish(request, RequestStatus.FINISHED_ABORTED)
 
     @property
+    def max_loras(self) -> int | None:
+        """Adapters one step can mix (LoraOptions.max_loras); None on an engine without LoRA."""
+        return self.lora.options.max_loras if self.lora is not None else None
+
+    def prefetch_adapters(self, sources: list[AdapterSource]) -> None:
+        """Read these adapters into the host cache on a background thread, so that the
+        requests naming them, queued later, find them read (engine/lora/manager.py). A
+        failed read is dropped here and is its requests' error when they are queued."""
+        if self.lora is not None:
+            self.lora.prefetch(source for source in sources if source is not None)
+
+    @property
     def has_unfinished_requests(self) -> bool:
         """Some request is waiting or running: step() has work."""
         return self.scheduler.has_unfinished_requests()

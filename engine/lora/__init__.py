@@ -10,8 +10,11 @@
     weights.py         the slots' weights per linear, and the grouped shrink/expand on CPU
     triton_ops.py      the grouped shrink/expand as Triton kernels (CUDA; the interpreter in tests)
     linear.py          LoraLinear: a base linear plus the step's adapters' deltas
-    manager.py         LoraManager: loads adapters, fills slots, wraps the model
+    manager.py         LoraManager: loads adapters (the next wave's on a prefetch thread), fills
+                       slots, wraps the model
     gate.py            the scheduler's admission rule: at most max_loras adapters running
+    waves.py           a LoRA job's row order: waves of max_loras adapters, prefix order within
+                       each adapter (pure; the worker's generate feed uses it)
 
 Nothing here is imported by the engine unless the engine is built with LoraOptions.
 """

@@ -11,7 +11,6 @@ from engine.lora.adapter import LoraAdapter
 from engine.lora.adapter_config import AdapterConfig
 from engine.lora.batch import build_lora_batch
 from engine.lora.slots import SlotTable
-from engine.lora.waves import plan_adapter_waves
 from engine.lora.weights import KernelLoraWeights, Projection, TorchLoraWeights
 from tests.support.sm90 import assert_compiles_without_interpreter
 
@@ -189,14 +188,3 @@ print("compiled")
 def test_the_kernels_compile_for_an_h100_without_one(tmp_path):
     pytest.importorskip("triton.backends.nvidia")
     assert_compiles_without_interpreter(COMPILE_FOR_SM90, tmp_path)
-
-
-@pytest.mark.parametrize("keys, max_loras, expected", [
-    (list("ABCDAEBFCGDH"), 4, [0, 1, 2, 3, 4, 6, 8, 10, 5, 7, 9, 11]),
-    (list("ABAB"), 4, [0, 1, 2, 3]),                                     # one wave: input order
-    (["A", None, "B", "C", None, "A"], 2, [0, 1, 2, 4, 5, 3]),           # base rows ride the first wave
-    ([], 2, []),
-])
-def test_adapter_waves_hold_at_most_max_loras_adapters_each(keys, max_loras, expected):
-    order = plan_adapter_waves(keys, max_loras)
-    assert order == expected and sorted(order) == list(range(len(keys)))
