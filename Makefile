@@ -56,6 +56,10 @@ demo: setup
 # one xdist_group) all to one process, so that the setup runs once. Every test isolates
 # what it shares: its own data dir, PostgreSQL database or schema, broker namespace and
 # ports. The wall time is printed with the machine's core count.
+# Every process computes on one thread (OMP_NUM_THREADS=1, inherited by the worker
+# processes the tests start): with more processes than cores, torch's second OpenMP thread
+# spins waiting for a core another process holds (tests/e2e/test_job_e2e.py alone: 82 s of
+# user CPU with two threads, 55 s with one).
 TEST_WORKERS ?= 4
 SERVICE_WORKERS ?= 2
 PYTEST_ARGS ?=
@@ -63,7 +67,7 @@ SERVICE_MARKS := postgres or rabbitmq or redis
 SERVICES_LOG := $(VENV)/services-tests.log
 
 test: setup
-	@start=$$(date +%s); rc=$$(mktemp -d); \
+	@export OMP_NUM_THREADS=1; start=$$(date +%s); rc=$$(mktemp -d); \
 	{ $(BIN)/python -m pytest -q -n $(SERVICE_WORKERS) --dist loadgroup -m "not serial and ($(SERVICE_MARKS))" $(PYTEST_ARGS); \
 	  echo $$? >$$rc/services; $(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS); echo $$? >$$rc/serial; } \
 	  >$(SERVICES_LOG) 2>&1 & chain=$$!; \
@@ -71,7 +75,7 @@ test: setup
 	  -m "not serial and not ($(SERVICE_MARKS))" $(PYTEST_ARGS); rest=$$?; \
 	echo "== meanwhile, the tests that use PostgreSQL, RabbitMQ or Redis, then those that stop them (serial):"; \
 	wait $$chain; cat $(SERVICES_LOG); services=$$(cat $$rc/services); serial=$$(cat $$rc/serial); rm -r $$rc; \
-	echo "make test: the whole suite in $$(( $$(date +%s) - start )) s of wall time on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"; \
+	echo "make test: the whole suite in $$(( $$(date +%s) - start )) s of wall time on $$(getconf _NPROCESSORS_ONLN) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"; \
 	for code in $$rest $$services $$serial; do [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit 1; done; \
 	[ $$rest -eq 0 ] || [ $$services -eq 0 ] || [ $$serial -eq 0 ]   # 5: PYTEST_ARGS chose none of that set
 
