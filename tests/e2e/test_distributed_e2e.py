@@ -77,7 +77,9 @@ def test_a_worker_killed_mid_shard_loses_nothing(backend, tmp_path):
 @pytest.mark.postgres
 @pytest.mark.redis
 def test_shards_longer_than_the_visibility_timeout_run_once(tmp_path):
-    env = {**FAST_RECOVERY, "BARGE_VISIBILITY_TIMEOUT_S": "1"}
+    # a lease of 15 s, not FAST_RECOVERY's 3: no shard may run twice here, and on a loaded
+    # machine (make test) a worker's heartbeat went 3 s unscheduled and lost its lease
+    env = {**FAST_RECOVERY, "BARGE_LEASE_S": "15", "BARGE_VISIBILITY_TIMEOUT_S": "1"}
     with stack("postgres-redis", tmp_path / "barge", env) as deployment:
         num_rows = write_corpus(tmp_path / "corpus", 1200, 600)
         deployment.start_worker()
