@@ -86,7 +86,10 @@ def test_two_workers_and_three_jobs_of_a_thousand_shards_each(tmp_path):
 
 
 def test_two_workers_started_at_the_same_instant_on_a_fresh_folder_both_come_up(tmp_path):
-    for round_index in range(10):
+    # Five rounds: the race this guards ('database is locked' from PRAGMA journal_mode=WAL)
+    # hit 6 of 10 simultaneous starts before its fix, so five rounds miss it 1% of the time
+    # (ten took 58 s of make test's CPU)
+    for round_index in range(5):
         with stack("embedded", tmp_path / f"round-{round_index}") as deployment:
             workers = [deployment.spawn_worker(), deployment.spawn_worker()]
             for worker in workers:

