@@ -105,14 +105,20 @@ def test_shard_counts_by_model_cover_running_jobs_only(store):
     assert store.shard_counts_by_model() == {}
 
 
-def test_migration_0005_keeps_existing_shards_with_zero_tokens(tmp_path):
-    url = f"sqlite:///{tmp_path / 'old.db'}"
-    old = Store(url)
+def store_at(tmp_path, revision: str) -> Store:
+    """A SQLite store migrated up to `revision` only, as a deployment of then left it."""
+    store = Store(f"sqlite:///{tmp_path / 'old.db'}")
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with old.engine.begin() as conn:
+    with store.engine.begin() as conn:
         config.attributes["connection"] = conn
-        command.upgrade(config, "0004")
+        config.attributes["secret_box"] = store.secrets
+        command.upgrade(config, revision)
+    return store
+
+
+def test_migration_0005_keeps_existing_shards_with_zero_tokens(tmp_path):
+    old = store_at(tmp_path, "0004")
     with old.engine.begin() as conn:   # a job and shard as a 0004 deployment wrote them
         conn.execute(sa.text("INSERT INTO barge_jobs (id, status, mode, model_key, spec, rows_total, output_schema, "
                              "created_at, updated_at) VALUES ('j', 2, 'embed', 'm', '{}', 10, 's', 0, 0)"))
@@ -126,14 +132,7 @@ def test_migration_0005_keeps_existing_shards_with_zero_tokens(tmp_path):
 
 def test_migration_0020_keeps_generate_shards_committed_before_it_and_reports_them_as_before(tmp_path):
     # Given a generate job's shard committed on a 0019 deployment
-    url = f"sqlite:///{tmp_path / 'old.db'}"
-    old = Store(url)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with old.engine.begin() as conn:
-        config.attributes["connection"] = conn
-        config.attributes["secret_box"] = old.secrets
-        command.upgrade(config, "0019")
+    old = store_at(tmp_path, "0019")
     spec = '{"mode": "generate", "model": "smollm2", "input": "/in/a.parquet", "output": "/out/"}'
     with old.engine.begin() as conn:
         conn.execute(sa.text("INSERT INTO barge_jobs (id, status, mode, model_key, spec, rows_total, output_schema, "
