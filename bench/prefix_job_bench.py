@@ -39,9 +39,9 @@ any order computes from an empty cache. The engine comes within a KV block per r
 every template stays cached from its first row to its last (the cache shares whole blocks and
 never serves a prompt's last token), so computed / job bound is the figure to hold to 1.1x.
 
-First come, first served is not measured here: no BARGE_ setting reaches GenerateOptions.
-order_by_prefix or prefix_aware_admission on a worker (queueing/runtime.py sets memory, dtype and
-LoRA options only), so the worker runs prefix-aware; prefix_order_bench.py measures both.
+With --first-come-first-served every order runs again on a worker started with
+BARGE_PREFIX_ORDER=0 (no prefix ordering, no admission hold-back: the engine before issue 47),
+beside the prefix-aware runs.
 """
 
 from __future__ import annotations
@@ -73,6 +73,9 @@ from prefix_order_bench import SMOLLM2_GGUF, build_rows, cpu_model, prose_tokens
 from tests.support.stack import stack  # noqa: E402
 
 WARM_UP_PROMPT = "Warm-up."        # shorter than a KV block: the cache keeps nothing of it
+
+
+FCFS = ", first come first served"      # an order's name with this suffix runs with BARGE_PREFIX_ORDER=0
 
 
 @dataclass(frozen=True)
@@ -130,8 +133,9 @@ def run_job(client: Client, spec: JobSpec, timeout_s: float, logs) -> tuple[Job,
 
 def run_order(order: Order, texts: list[str], args, root: Path) -> OrderRun:
     """The order's jobs, one after the other, on a deployment and worker of their own."""
-    folder = root / order.name.split(" ")[0]
-    env = {"BARGE_KV_CACHE_FRACTION": str(args.kv_cache_fraction)}
+    folder = root / order.name.replace(" ", "-").replace(",", "").replace("(", "").replace(")", "")
+    env = {"BARGE_KV_CACHE_FRACTION": str(args.kv_cache_fraction),
+           "BARGE_PREFIX_ORDER": "0" if order.name.endswith(FCFS) else "1"}
     params = {"max_tokens": args.max_tokens, "temperature": 0.0, "ignore_eos": True}
     num_shards, prefills, running_s, generated, engine = 0, [], 0.0, {}, {}
     with stack("embedded", folder / "barge", env) as deployment:
@@ -190,6 +194,8 @@ def parse_args() -> argparse.Namespace:
                         help="the worker's BARGE_KV_CACHE_FRACTION: its KV cache's share of free memory")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="the longest one job may take")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first-come-first-served", action="store_true",
+                        help="also run every order on a worker with BARGE_PREFIX_ORDER=0")
     return parser.parse_args()
 
 
@@ -201,6 +207,8 @@ def main() -> None:
     prompts, template_of = build_rows(prose_tokens(tokenizer), args, rng)
     texts = [tokenizer.decode(prompt) for prompt in prompts]
     orders = plan_orders(template_of, args.templates, rng)
+    if args.first_come_first_served:
+        orders += [Order(order.name + FCFS, order.jobs) for order in orders]
     plan = plan_prefix_order([tokenizer.encode(text) for text in texts])      # as the worker tokenizes a row
     print(f"SmolLM2-135M-Instruct (Q4_1 GGUF, fp32) on a `barge worker`, {args.templates} templates of "
           f"{args.template_tokens[0]}-{args.template_tokens[1]} tokens, {args.rows} rows with "
@@ -216,7 +224,8 @@ def main() -> None:
             print(f"  ... {order.name}: {runs[-1].running_s:.1f} s running, {time.perf_counter() - started:.0f} s "
                   f"with the worker's start", flush=True)
     print(f"KV blocks of {runs[0].engine.get('block_size')} tokens (BARGE_KV_CACHE_FRACTION={args.kv_cache_fraction}"
-          f" of free memory); prefix-aware ordering and admission on (no BARGE_ setting turns them off)")
+          f" of free memory); prefix-aware ordering and admission on, except the runs marked{FCFS}"
+          f" (BARGE_PREFIX_ORDER=0)")
     print_table(runs, plan.num_distinct_tokens)
     flag_small_caches(runs, plan.num_distinct_tokens)
 

@@ -93,6 +93,9 @@ class WorkerOptions:
     staging_retention_s: float = 7 * 86_400.0   # a job that ended unfinished keeps its staged files this long
     max_loras: int = LoraOptions.max_loras   # a LoRA engine's adapters resident at once (the most one step mixes);
                                              # the largest rank is the deployment's (Settings.max_lora_rank)
+    prefix_order: bool = True       # generate: rows in shared-prefix order and the scheduler's hold-back
+                                    # (GenerateOptions.order_by_prefix, prefix_aware_admission); False: first
+                                    # come, first served, as before issue 47 (for comparing; BARGE_PREFIX_ORDER=0)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "WorkerOptions":
@@ -104,11 +107,16 @@ class WorkerOptions:
                  "kv_cache_fraction": "BARGE_KV_CACHE_FRACTION", "pipeline_depth": "BARGE_PIPELINE_DEPTH",
                  "transient_retry_s": "BARGE_TRANSIENT_RETRY_S", "gpu_memory_fraction": "BARGE_GPU_MEMORY_FRACTION",
                  "tidy_s": "BARGE_TIDY_S", "staging_retention_s": "BARGE_STAGING_RETENTION_S",
-                 "max_loras": "BARGE_MAX_LORAS"}
+                 "max_loras": "BARGE_MAX_LORAS", "prefix_order": "BARGE_PREFIX_ORDER"}
         values = {}
         for name, variable in names.items():
             if env.get(variable):
                 kind = float if name in ("kv_cache_fraction", "gpu_memory_fraction") else type(getattr(cls, name))
+                if kind is bool:
+                    if env[variable] not in ("0", "1"):
+                        raise ValueError(f"{variable}: {env[variable]!r} is not 0 or 1")
+                    values[name] = env[variable] == "1"
+                    continue
                 try:
                     values[name] = kind(env[variable])
                 except ValueError:
@@ -183,6 +191,8 @@ class Runtime:
         options = {}
         if key.mode == "generate" or (key.mode == "score" and _is_yes_no_reranker(ref.path)):
             options.update(self._memory_options())     # a yes/no reranker runs on the generate engine
+            if not self.options.prefix_order:
+                options.update(order_by_prefix=False, prefix_aware_admission=False)
         if self.device is not None:
             options["device"] = self.device.torch_device
         if key.dtype is not None:

@@ -104,3 +104,24 @@ def test_an_fp8_kv_cache_job_gets_its_own_generate_engine(tmp_path):
     assert set(runtime.engines) == {plain_key, fp8_kv_key}
     assert runtime.engine_settings(plain_key)["kv_cache_dtype"] == "float32"
     assert runtime.engine_settings(fp8_kv_key)["kv_cache_dtype"] == "float8_e4m3fn"
+
+
+def test_barge_prefix_order_0_gives_the_worker_a_first_come_first_served_generate_engine(tmp_path):
+    # Given a worker serving a (random) Llama, started with BARGE_PREFIX_ORDER=0 and one without
+    pytest.importorskip("transformers")
+    from jobs.models import ModelRef
+    from queueing.runtime import WorkerOptions
+    from tests.support.random_decoders import save_random_decoder
+    ref = ModelRef("random-llama", str(save_random_decoder(tmp_path / "llama", "llama")))
+    key = EngineKey(ref.key, "generate")
+    engines = {}
+    for value in ("0", "1"):
+        options = WorkerOptions.from_env({"BARGE_PREFIX_ORDER": value})
+        runtime = Runtime(settings=None, store=None, app=None, models={ref.key: ref}, options=options)
+        engines[value] = runtime.engine_for(key).llm.options
+    # Then the first orders nothing by prefix and holds nothing back; the second does both (the default)
+    assert (engines["0"].order_by_prefix, engines["0"].prefix_aware_admission) == (False, False)
+    assert (engines["1"].order_by_prefix, engines["1"].prefix_aware_admission) == (True, True)
+    assert WorkerOptions.from_env({}).prefix_order is True
+    with pytest.raises(ValueError, match="BARGE_PREFIX_ORDER: 'off' is not 0 or 1"):
+        WorkerOptions.from_env({"BARGE_PREFIX_ORDER": "off"})
