@@ -47,7 +47,6 @@ import pyarrow as pa
 from engine.generate.outputs import error_output
 from engine.generate.prefix_order import PrefixPlan, plan_prefix_order
 from engine.lora.waves import Wave, WavePlan, plan_wave_order
-from jobs.row_params import row_adapters
 from queueing.inference import row_sampling_params
 from queueing.runtime import EngineKey
 from queueing.worker import ShardWork
@@ -128,7 +127,8 @@ class GenerateFeed:
         params = row_sampling_params(work.job.spec.params, ids, row_params)
         prompts = [prompt for _, prompt in runnable]
         # each row's LoRA adapter (JobSpec.adapter or params.adapter_column); None: the base model's rows
-        adapters = row_adapters(work.job.spec.adapter, row_params, len(rows)) if self.key.lora else None
+        todo_adapters = work.todo_adapters if self.key.lora else None
+        adapters = None if todo_adapters is None else [todo_adapters[index] for index, _ in runnable]
         request_ids = (self.llm.add_requests(prompts, params) if adapters is None
                        else self.llm.add_requests(prompts, params, adapter=adapters))
         refused = []
@@ -156,7 +156,7 @@ class GenerateFeed:
         prompts = [self.llm.prompt_token_ids(work.inputs[row]) for row in work.todo]
         prompts = [prompt if isinstance(prompt, str) else array("i", prompt) for prompt in prompts]
         tokenized = [index for index, prompt in enumerate(prompts) if not isinstance(prompt, str)]
-        adapters = work.row_adapters() if self.key.lora else None
+        adapters = work.todo_adapters if self.key.lora else None
         plan = self._plan(prompts, adapters, tokenized)
         untokenized = [index for index, prompt in enumerate(prompts) if isinstance(prompt, str)]
         order = ShardOrder([tokenized[k] for k in plan.order] + untokenized, prompts, plan.num_distinct_tokens,

@@ -13,6 +13,7 @@ for another worker)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -133,8 +134,10 @@ class ShardWork:
         while len(self.outputs) in self.early:
             self.outputs.append(self.early.pop(len(self.outputs)))
 
-    def row_adapters(self) -> list[str | None] | None:
-        """Each todo row's LoRA adapter (None: the base model), or None for a job without adapters."""
+    @functools.cached_property
+    def todo_adapters(self) -> list[str | None] | None:
+        """Each todo row's LoRA adapter (None: the base model), or None for a job without
+        adapters: worked out once, for the feed's order, its requests and the shard's usage."""
         if not EngineKey.for_job(self.job).lora:
             return None
         overrides = [self.row_params[row] for row in self.todo] if self.row_params else None
@@ -280,7 +283,7 @@ def _write(runtime: Runtime, work: ShardWork) -> ShardWritten:
         table = table.append_column(name, column)
     table = table.select(schema.names).cast(schema)
     part = write_part(job.spec.output, part_name(work.shard), table)
-    generate = (generate_usage(work.outputs, work.row_adapters(), work.num_prefill_lower_bound)
+    generate = (generate_usage(work.outputs, work.todo_adapters, work.num_prefill_lower_bound)
                 if job.spec.mode == "generate" else None)
     return ShardWritten(part, work.outputs, cached.num_hits if cached else 0, work.cache, cache_write, generate)
 

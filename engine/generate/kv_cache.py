@@ -138,7 +138,7 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, alignment: int = 64) 
     torch.zeros writes every byte: for SmolLM2's default cache (30% of free memory, about 6
     GiB here) 1.6 s of CPU and all of it resident before the first request, where a batch
     job's engine often touches a fraction. Aligned to `alignment` bytes, as torch's own."""
-    num_bytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    num_bytes = math.prod(shape) * dtype.itemsize
     raw = np.zeros(num_bytes + alignment, dtype=np.uint8)
     start = -raw.ctypes.data % alignment
     return torch.from_numpy(raw[start:start + num_bytes]).view(dtype).view(shape)
