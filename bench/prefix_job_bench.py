@@ -69,7 +69,7 @@ from jobs import JobSpec, JobStatus  # noqa: E402
 from jobs.generate_usage import Prefill  # noqa: E402
 from jobs.client import Client, Job  # noqa: E402
 from jobs.report import JobReport, job_report  # noqa: E402
-from prefix_order_bench import SMOLLM2_GGUF, build_rows, cpu_model, prose_tokens  # noqa: E402
+from prefix_order_bench import SMOLLM2_GGUF, add_row_arguments, build_rows, cpu_model, prose_tokens  # noqa: E402
 from tests.support.stack import stack  # noqa: E402
 
 WARM_UP_PROMPT = "Warm-up."        # shorter than a KV block: the cache keeps nothing of it
@@ -184,11 +184,7 @@ def flag_small_caches(runs: list[OrderRun], job_bound: int) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=96)
-    parser.add_argument("--templates", type=int, default=4)
-    parser.add_argument("--template-tokens", type=int, nargs=2, default=(300, 500), metavar=("MIN", "MAX"))
-    parser.add_argument("--suffix-tokens", type=int, nargs=2, default=(50, 200), metavar=("MIN", "MAX"))
-    parser.add_argument("--max-tokens", type=int, default=8)
+    add_row_arguments(parser, rows=96, templates=4, template_tokens=(300, 500), max_tokens=8)
     parser.add_argument("--rows-per-shard", type=int, default=24, help="the job's max_rows_per_shard")
     parser.add_argument("--kv-cache-fraction", type=float, default=0.1,
                         help="the worker's BARGE_KV_CACHE_FRACTION: its KV cache's share of free memory")

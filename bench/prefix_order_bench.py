@@ -182,13 +182,19 @@ def report(runs: list[Run], reference: Run, reference_name: str) -> None:
               f"{result.cpu_seconds:7.1f} {cpu_ratio:6.2f}x  {result.tokens == runs[0].tokens}")
 
 
+def add_row_arguments(parser: argparse.ArgumentParser, *, rows: int, templates: int,
+                      template_tokens: tuple[int, int], max_tokens: int) -> None:
+    """The rows' shape, as build_rows reads it from the parsed arguments (prefix_job_bench.py too)."""
+    parser.add_argument("--rows", type=int, default=rows)
+    parser.add_argument("--templates", type=int, default=templates)
+    parser.add_argument("--template-tokens", type=int, nargs=2, default=template_tokens, metavar=("MIN", "MAX"))
+    parser.add_argument("--suffix-tokens", type=int, nargs=2, default=(50, 200), metavar=("MIN", "MAX"))
+    parser.add_argument("--max-tokens", type=int, default=max_tokens)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=2048)
-    parser.add_argument("--templates", type=int, default=16)
-    parser.add_argument("--template-tokens", type=int, nargs=2, default=(1000, 1500), metavar=("MIN", "MAX"))
-    parser.add_argument("--suffix-tokens", type=int, nargs=2, default=(50, 200), metavar=("MIN", "MAX"))
-    parser.add_argument("--max-tokens", type=int, default=32)
+    add_row_arguments(parser, rows=2048, templates=16, template_tokens=(1000, 1500), max_tokens=32)
     parser.add_argument("--num-blocks", type=int, default=None,
                         help="KV-cache blocks of 16 tokens; default: the engine's sizing from free memory")
     parser.add_argument("--skip-distinct", action="store_true", help="leave out the all-distinct case")
