@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from jobs.adapters import adapter_identity
+from jobs.adapters import adapter_identity, pin_adapter
 from jobs.cache_keys import cache_namespace, model_identity
 from jobs.events import final_event
 from jobs.failpoints import failpoint
@@ -71,6 +71,8 @@ class Client:
         """Check the job against its data, record it, queue its planning. A refused job
         raises `JobSpecError` naming the field, and nothing is queued. A given `job_id`
         that exists already raises sqlalchemy's IntegrityError (schedules rely on it)."""
+        if spec.adapter is not None:   # a Hub id: the job stores hf://org/name@<commit>, for every worker
+            spec = replace(spec, adapter=pin_adapter(spec.adapter))
         check_job_locations(spec, self.settings)   # many hosts: nothing on this host's disk alone (jobs.hosts)
         checked = check_job(spec, self.resolve_model, self.settings.max_lora_rank)
         if checked.model.pinned:   # a Hub id: the job stores the commit it resolved to now, for every worker

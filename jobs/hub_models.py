@@ -203,3 +203,50 @@ def _snapshot_folder(repo_id: str, commit: str) -> Path:
     from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
     return Path(constants.HF_HUB_CACHE, repo_folder_name(repo_id=repo_id, repo_type="model"), "snapshots", commit)
+
+
+# LoRA adapters by Hub id (jobs.adapters): a PEFT adapter's two files (engine.lora.adapter_config's
+# CONFIG_NAME and WEIGHTS_NAME), all a worker fetches of an adapter's repo. A submit fetches
+# the config and reads the weights' safetensors header alone (safetensors_shapes).
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def hub_errors() -> tuple[type[Exception], ...]:
+    """What huggingface_hub raises when a repo's file cannot be had or read: a wrong name, a
+    private repo without a token, an unknown revision or file, offline and not cached, the Hub
+    unreachable, a safetensors header that does not parse. A refusal quotes its type and message."""
+    import httpx2
+    from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+                                        RevisionResolutionError, SafetensorsParsingError)
+    return (HfHubHTTPError, RevisionResolutionError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+            SafetensorsParsingError, httpx2.TransportError)
+
+
+def resolve_commit(hub_id: HubId) -> str:
+    """The commit the id's revision names now: the Hub's metadata (HfApi.resolve_revision, which
+    records a branch in the cache's refs/), or offline or with the Hub down those refs/; a
+    commit is itself, asked of no one. One of hub_errors() when it cannot be resolved."""
+    from huggingface_hub import HfApi
+    return HfApi().resolve_revision(hub_id.repo_id, revision=hub_id.revision).resolved
+
+
+def fetch_file(repo_id: str, commit: str, filename: str) -> Path:
+    """One file at a commit, from the Hub cache or fetched into it (hf_hub_download)."""
+    from huggingface_hub import hf_hub_download
+    return Path(hf_hub_download(repo_id, filename, revision=commit))
+
+
+def cached_file(repo_id: str, commit: str, filename: str) -> Path | None:
+    """One file at a commit if the Hub cache holds it, else None; asks the Hub nothing."""
+    from huggingface_hub import try_to_load_from_cache
+    found = try_to_load_from_cache(repo_id, filename, revision=commit)
+    return Path(found) if isinstance(found, str) else None
+
+
+def safetensors_shapes(repo_id: str, commit: str, filename: str) -> dict[str, tuple[int, ...]]:
+    """tensor name -> shape, from the header of a safetensors file on the Hub, read by a ranged
+    GET of its first 100 kB (a second for a longer header: HfApi.parse_safetensors_file_metadata);
+    nothing is cached, and the rest of the weights is never fetched."""
+    from huggingface_hub import HfApi
+    metadata = HfApi().parse_safetensors_file_metadata(repo_id, filename, revision=commit)
+    return {name: tuple(info.shape) for name, info in metadata.tensors.items()}

@@ -189,8 +189,9 @@ class JobSpec:
     """Run a job whose id column repeats ids; by default planning refuses it, naming the first."""
     adapter: str | None = None
     """Generate only: a PEFT LoRA adapter (a folder path or fsspec URL holding adapter_config.json
-    and adapter_model.safetensors) on the model, for every row; checked at submit (jobs.adapters).
-    Per row instead: params={"adapter_column": COL}."""
+    and adapter_model.safetensors, or a Hub id, `org/name[@revision]` or `hf://...`, as a model's)
+    on the model, for every row; checked at submit (jobs.adapters), which stores a Hub id pinned to
+    its commit, `hf://org/name@<commit>`. Per row instead: params={"adapter_column": COL}."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input, list):

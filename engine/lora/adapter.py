@@ -1,5 +1,5 @@
-"""LoraAdapter: a PEFT adapter's tensors, read from a folder or an fsspec URL and checked
-against the base model.
+"""LoraAdapter: a PEFT adapter's tensors, read from a folder, an fsspec URL or the Hugging Face Hub,
+and checked against the base model.
 
     base_model.model.model.layers.{N}.self_attn.{q,k,v,o}_proj.lora_A.weight   [r, in]
     base_model.model.model.layers.{N}.mlp.{gate,up,down}_proj.lora_B.weight    [out, r]
@@ -13,6 +13,11 @@ the fused output (engine/lora/linear.py). The rows of q and k are Hugging Face's
 
 The adapter's identity is the hash of its two files' bytes: two names for the same bytes
 share prefix-cache blocks, a retrained adapter under the same name does not.
+
+A Hub adapter (`hf://org/name[@revision]`, or `org/name[@revision]` where no path of that
+name exists) is fetched through huggingface_hub into its cache, its two files alone: a
+job's adapter at the commit its submit pinned (jobs.adapters.pin_adapter), a row's at
+whatever its revision names when the row is queued.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ from engine.lora.adapter_config import (CONFIG_NAME, PROJECTIONS, WEIGHTS_NAME, 
 
 _TENSOR_NAME = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])"
                           r"(?:\.\w+)?\.weight")
+# A Hub id as jobs.hub_models spells a model's, less the GGUF quantization (an engine module
+# imports nothing of jobs/, tests/unit/test_package_layers.py).
+_HUB_PREFIX = "hf://"
+_HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<revision>[^\s:@]+))?")
 _BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
           "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 
@@ -39,7 +48,7 @@ LoraPair = tuple[torch.Tensor, torch.Tensor]     # lora_A [r, in_features], lora
 
 @dataclass(frozen=True, eq=False)
 class LoraAdapter:
-    source: str               # the folder or URL it was loaded from, as the caller named it
+    source: str               # the folder, URL or Hub id it was loaded from, as the caller named it
     adapter_id: str           # sha256 of adapter_config.json and the weights (16 hex digits)
     config: AdapterConfig
     weights: dict[tuple[int, str], LoraPair] = field(repr=False)    # (layer, projection) -> (A, B)
@@ -63,7 +72,7 @@ def projection_shapes(config: DecoderConfig) -> dict[str, tuple[int, int]]:
 
 
 def load_adapter(source: str | Path, config: DecoderConfig, max_rank: int, dtype: torch.dtype) -> LoraAdapter:
-    """A PEFT adapter folder (or fsspec URL of one) -> LoraAdapter in `dtype`, on the host;
+    """A PEFT adapter folder (or fsspec URL of one, or Hub id) -> LoraAdapter in `dtype`, on the host;
     AdapterError naming the problem when it does not fit the base model or max_rank."""
     source = str(source)
     config_bytes, weights_bytes = _read_files(source)
@@ -80,6 +89,9 @@ def load_adapter(source: str | Path, config: DecoderConfig, max_rank: int, dtype
 
 
 def _read_files(source: str) -> tuple[bytes, bytes]:
+    hub_id = _hub_id(source)
+    if hub_id is not None:
+        return _read_folder(_fetch_from_hub(*hub_id, source), source)
     if "://" in source:
         import fsspec       # only for URLs: a local folder needs none of it
         try:
@@ -89,12 +101,44 @@ def _read_files(source: str) -> tuple[bytes, bytes]:
                 return config_bytes, weights_file.read()
         except (OSError, ValueError) as error:
             raise AdapterError(f"adapter {source}: cannot be read ({error})") from None
-    folder = Path(source)
+    return _read_folder(Path(source), source)
+
+
+def _read_folder(folder: Path, source: str) -> tuple[bytes, bytes]:
     for name in (CONFIG_NAME, WEIGHTS_NAME):
         if not (folder / name).is_file():
             raise AdapterError(f"adapter {source}: no {name} (a PEFT adapter folder has {CONFIG_NAME} "
                                f"and {WEIGHTS_NAME})")
     return (folder / CONFIG_NAME).read_bytes(), (folder / WEIGHTS_NAME).read_bytes()
+
+
+def _hub_id(source: str) -> tuple[str, str | None] | None:
+    """(repo id, revision or None) of a Hub adapter, or None for a folder or URL: as at submit
+    (jobs.adapters.hub_adapter), a path that exists here wins, and `hf://` never looks for one."""
+    if not source.startswith(_HUB_PREFIX) and ("://" in source or Path(source).exists()):
+        return None
+    match = _HUB_ID.fullmatch(source.removeprefix(_HUB_PREFIX))
+    if match is None and source.startswith(_HUB_PREFIX):
+        raise AdapterError(f"adapter {source}: not a Hub id; expected hf://org/name[@revision]")
+    return (match["repo"], match["revision"]) if match else None
+
+
+def _fetch_from_hub(repo_id: str, revision: str | None, source: str) -> Path:
+    """The snapshot folder holding the adapter's two files at `revision`, from the Hub cache or
+    fetched into it; one snapshot_download resolves the revision once, so both files are one
+    commit's. Offline (HF_HUB_OFFLINE), the cache alone. AdapterError with huggingface_hub's
+    reason when they cannot be had."""
+    import httpx2
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+                                        RevisionResolutionError)
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]))
+    except (HfHubHTTPError, RevisionResolutionError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+            httpx2.TransportError) as error:
+        reason = " ".join(str(error).split())
+        raise AdapterError(f"adapter {source}: cannot be fetched from the Hugging Face Hub "
+                           f"({type(error).__name__}): {reason}") from None
 
 
 def _pairs(tensors: dict[str, torch.Tensor], source: str, num_layers: int) -> dict[tuple[int, str], LoraPair]:
