@@ -7,22 +7,25 @@ One base linear carries one or more projections side by side in its output colum
     o_proj, down_proj: one projection each
 
 so a slot holds, per linear, the A of its projections stacked (one shrink for all of
-them) and a B per projection (one expand each, into that projection's columns).
+them) and their B side by side in the linear's output columns.
 
 The layout is decided once, by device (gpt-fast's rule: decide at load, not per call):
 
-- TorchLoraWeights (CPU): stacked [max_loras, ...] tensors at max_lora_rank. A step whose
-  slots have a similar number of tokens (decodes) runs two bmm over all its slots at once,
-  each slot's tokens gathered and padded to the largest group; a skewed one (a long prompt
-  chunk beside a few decodes) runs two matmuls per slot over its rows (a slice when they
-  are one run), nothing for a slot whose adapter leaves the linear alone. Measured on a
-  16-row decode step of SmolLM2 with 8 rank-16 adapters (1 thread, AMD EPYC): the per-slot
-  loop alone took 1.75x the base step; see the design notes for the batched figure.
+- TorchLoraWeights (CPU): stacked [max_loras, ...] tensors at max_lora_rank, B block-diagonal
+  over the sub-projections. A step whose slots have a similar number of tokens (decodes)
+  runs two bmm over all its slots at once, each slot's tokens gathered and padded to the
+  largest group; a skewed one (a long prompt chunk beside a few decodes) runs two matmuls
+  per slot over its rows (a slice when they are one run), nothing for a slot whose adapter
+  leaves the linear alone. Measured on a 16-row decode step of SmolLM2 with 8 rank-16
+  adapters (1 thread, AMD EPYC): the per-slot loop alone took 1.75x the base step; see the
+  design notes for the batched figure.
 - KernelLoraWeights (CUDA): stacked [max_loras, ...] tensors padded to the table's rank, for
   the Triton kernels (engine/lora/triton_ops.py), one shrink and one expand per projection
   for all slots at once.
 
-Both add (t @ B^T) * scaling, t = x @ A^T, to the base output, PEFT's order of operations.
+Both add B's product with t = x @ A^T, times the adapter's scaling, to the base output: the
+kernels scale the product, PEFT's order of operations; the CPU path scales t, the smaller
+tensor (the tests' greedy tokens equal PEFT's either way).
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from engine.lora.adapter import LoraAdapter
 from engine.lora.batch import LoraBatch, PaddedSlots
@@ -45,34 +47,41 @@ class Projection:
 
 
 class TorchLoraWeights:
-    """Per linear, every slot's A stacked (one shrink for all sub-projections) and a B^T per
-    sub-projection (one expand each, into its columns):
+    """Per linear, every slot's A^T stacked (one shrink for all sub-projections) and its B^T
+    block-diagonal over the sub-projections (one expand into all of the linear's columns):
 
-        a     [max_loras, n_sub * R, in]     sub-projection i's A in rows i*R .. i*R + r
-        b[i]  [max_loras, R, out_i]          its B^T in rows 0 .. r
+        a_t   [max_loras, in, n_sub * R]      sub-projection i's A^T in columns i*R .. i*R + r
+        b     [max_loras, n_sub * R, out]     its B^T in rows i*R .. i*R + r, columns of its
+                                              projection; zero elsewhere
 
-    NOTE: one block-diagonal B for all sub-projections would save two calls per linear but
-    read n_sub x the bytes, and a decode step's expand is mostly a read of B. On the loaded
-    2-core EPYC the two measured alike (16 rows, 8 rank-16 slots: 0.39-0.47 ms of LoRA work
-    per layer beside 1.2-1.3 ms for the base linears), so the smaller read is kept."""
+    NOTE: a decode step of 128 rows (SmolLM2, 8 rank-16 slots, 16 rows each, 1 thread,
+    2-core Intel Xeon with AMX) spent 32 % of the base linears' time in LoRA work with B per
+    sub-projection: an expand each, their deltas concatenated, and the scaling applied to the
+    [rows, out] deltas. The scaling now goes on t ([rows, n_sub * R]), A is stored transposed
+    for the shrink, and the block-diagonal B makes one expand and no concatenation: the four
+    linears' LoRA work per layer went from 2.15 to 1.46 ms (/tmp-style micro-benchmark of
+    this class's ops, 300 calls each). The zeros cost n_sub x B's bytes (q|k|v: 3x, gate|up:
+    2x), which at decode's row counts the one bigger matmul repays."""
 
     def __init__(self, projections: list[Projection], num_slots: int, rank: int, dtype: torch.dtype):
         self.projections, self.rank = projections, rank
-        self.a = torch.zeros(num_slots, len(projections) * rank, projections[0].in_features, dtype=dtype)
-        self.b = [torch.zeros(num_slots, rank, p.col_end - p.col_start, dtype=dtype) for p in projections]
+        out_features = projections[-1].col_end
+        self.a_t = torch.zeros(num_slots, projections[0].in_features, len(projections) * rank, dtype=dtype)
+        self.b = torch.zeros(num_slots, len(projections) * rank, out_features, dtype=dtype)
         self.scaling = [0.0] * num_slots
         self.is_used = [False] * num_slots      # the slot's adapter touches this linear
 
     def load(self, slot: int, adapter: LoraAdapter, layer: int) -> None:
-        self.a[slot].zero_()
+        self.a_t[slot].zero_()
+        self.b[slot].zero_()
         self.is_used[slot], self.scaling[slot] = False, adapter.config.scaling
         for index, projection in enumerate(self.projections):
-            self.b[index][slot].zero_()
             pair = adapter.weights.get((layer, projection.name))
             if pair is not None:
                 a, b = pair
-                self.a[slot, index * self.rank:index * self.rank + a.shape[0]] = a
-                self.b[index][slot, :b.shape[1]] = b.T
+                rows = slice(index * self.rank, index * self.rank + a.shape[0])
+                self.a_t[slot, :, rows] = a.T
+                self.b[slot, rows, projection.col_start:projection.col_end] = b.T
                 self.is_used[slot] = True
 
     def add_to(self, y: torch.Tensor, x: torch.Tensor, batch: LoraBatch) -> None:
@@ -82,24 +91,20 @@ class TorchLoraWeights:
         for slot, rows in batch.segments:
             if not self.is_used[slot]:
                 continue
-            t = F.linear(x[rows], self.a[slot])
-            for index, projection in enumerate(self.projections):
-                t_sub, b, cols = t[:, index * self.rank:(index + 1) * self.rank], self.b[index][slot], \
-                    slice(projection.col_start, projection.col_end)
-                if isinstance(rows, slice):     # y + (t B^T) * scaling: sgemm's alpha, beta = 1
-                    y[rows, cols].addmm_(t_sub, b, alpha=self.scaling[slot])
-                else:
-                    y[:, cols].index_add_(0, rows, t_sub @ b, alpha=self.scaling[slot])
+            t = x[rows] @ self.a_t[slot]
+            if isinstance(rows, slice):     # y + (t B^T) * scaling: sgemm's alpha, beta = 1
+                y[rows].addmm_(t, self.b[slot], alpha=self.scaling[slot])
+            else:
+                y.index_add_(0, rows, t @ self.b[slot], alpha=self.scaling[slot])
 
     def _add_batched(self, y: torch.Tensor, x: torch.Tensor, padded: PaddedSlots) -> None:
-        """bmm over the slots' token groups, padded to the largest (decode steps: a few rows each)."""
+        """bmm over the slots' token groups, padded to the largest (decode steps: a few rows
+        each); the scaling (0 on padding rows) applied to t, the smallest tensor."""
         num_slots = padded.slots.stop - padded.slots.start
         grouped = x.index_select(0, padded.rows).view(num_slots, -1, x.shape[1])
-        t = torch.bmm(grouped, self.a[padded.slots].transpose(1, 2))
-        deltas = [torch.bmm(t[:, :, index * self.rank:(index + 1) * self.rank], b[padded.slots])
-                  for index, b in enumerate(self.b)]
-        delta = deltas[0] if len(deltas) == 1 else torch.cat(deltas, dim=2)
-        y.index_add_(0, padded.rows, (delta * padded.scales).view(-1, y.shape[1]))
+        t = torch.bmm(grouped, self.a_t[padded.slots]).mul_(padded.scales)
+        delta = torch.bmm(t, self.b[padded.slots])
+        y.index_add_(0, padded.rows, delta.view(-1, y.shape[1]))
 
 
 class KernelLoraWeights:
