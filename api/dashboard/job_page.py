@@ -60,13 +60,16 @@ def failed_rows(reads: DashboardReads, summary: dict) -> dict:
 
 
 def usage_report(reads: DashboardReads, job_id: str) -> dict:
-    """jobs.report's figures: tokens, worker time by device, engines, FP8 check, cost at
-    BARGE_PRICE_PER_HOUR (when the server has one)."""
+    """jobs.report's figures: tokens, worker time by device, engines, a generate job's prefill
+    and adapters, FP8 check, cost at BARGE_PRICE_PER_HOUR (when the server has one)."""
     price = os.environ.get(PRICE_ENV)
     try:
-        report = job_report(reads.store, job_id, price_per_hour=float(price) if price else None).to_dict()
+        found = job_report(reads.store, job_id, price_per_hour=float(price) if price else None)
     except ValueError:
-        report = job_report(reads.store, job_id).to_dict()
+        found = job_report(reads.store, job_id)
+    report = found.to_dict()
+    # a generate job's prefill and rows per adapter, as `barge report` words them
+    report["generate_lines"] = [line.strip() for line in found.generate.format_lines()] if found.generate else []
     check = report.get("quant_check")
     report["quant_check_line"] = None if check is None else format_quant_check(check)
     report["price_env"] = PRICE_ENV

@@ -19,6 +19,7 @@ from api.auth import SESSION_COOKIE, LoginTicket
 from api.dashboard.reads import MAX_JOBS
 from jobs.api_batches import ApiBatches, BatchRecord, new_batch_id
 from jobs.api_keys import ApiKeys
+from jobs.generate_usage import AdapterUsage, GenerateUsage, Prefill
 from jobs.client import Client
 from jobs.settings import Settings
 from jobs.worker_beats import EngineBeat, WorkerBeat, WorkerBeats
@@ -181,6 +182,22 @@ def test_the_job_page_shows_the_fp8_check_and_the_cost(served, monkeypatch):
     found = _app(served, operator=True).get(f"/dashboard/api/jobs/{job_id}").json()["report"]
     assert found["cost"]["price_per_hour"] == 3600 and found["cost"]["total"] >= 0
     assert "worker-hours at 3600" in page and "device=cpu" in page and "model=all-MiniLM-L6-v2" in page
+
+
+def test_the_job_page_shows_a_generate_jobs_prefill_and_rows_per_adapter(served):
+    """The lines `barge report` prints, adapter locations redacted as there."""
+    store = served["store"]
+    job_id = new_job(store, mode="generate")
+    assert store.start_job(job_id, make_plans(1))
+    claim = store.claim_shard(job_id, 0, worker_id="gpu-7:123", lease_s=60)
+    usage = GenerateUsage(Prefill(num_prompt_tokens=9_000, num_cached_tokens=6_500, num_lower_bound=2_400),
+                          (AdapterUsage(None, 4, 400), AdapterUsage("s3://AKIAADAPTER:adapter-secret@lora/support", 6, 600)))
+    store.commit_shard(job_id, 0, claim.token, part=part(0), rows_succeeded=10, rows_failed=0, num_tokens=1000,
+                       engine={"model": "smollm2", "device": "cpu"}, generate_usage=usage)
+    page = html.unescape(_app(served, operator=True).get(f"/dashboard/jobs/{job_id}").text)
+    assert "prefill: 2,500 prompt tokens computed, 6,500 from the prefix cache, lower bound 2,400 (1.04x)" in page
+    assert re.search(r"adapters: base 4 rows 400 tokens; \S*lora/support 6 rows 600 tokens", page), page
+    assert "adapter-secret" not in page and "AKIAADAPTER" not in page
 
 
 def test_workers_show_their_heartbeat_engines_and_current_shards_to_whom_they_may(served):
