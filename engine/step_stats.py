@@ -29,6 +29,9 @@ class StepStats:
     num_kv_blocks: int | None = None        # KV blocks in all
     num_preemptions: int = 0                # sequences evicted for blocks in this step (generate)
     num_prefix_cache_hit_tokens: int = 0    # prompt tokens taken from the prefix cache, not computed (generate)
+                                            # embed: tokens of a shared prompt prefix the batch's rows attend to
+                                            # without running them (rows x its length; the prefix's own run is
+                                            # a step of one sequence before them)
     num_prefill_tokens: int = 0             # prompt tokens computed in this step, again after a preemption (generate)
     num_forced_tokens: int = 0              # output tokens jump-forward appended, computed here without
                                             # a step of their own (generate, structured output)

@@ -9,6 +9,15 @@ over a [num_seqs, seq_len] view of the flat tensor (`AttentionGroup`):
 
     input_ids  | a a a | b b b | c c c c c | d d d d d | e e e e e e e |
     groups     |  (0, 2 seqs, len 3)  |  (6, 2 seqs, len 5)  | (16, 1, 7) |
+
+A causal model (an LLM embedder) may run the tokens every text starts with (an
+instruction prompt) once, as a SharedPrefix: under causal attention their states do not
+depend on what follows them. The batch then holds only each text's own tokens, at
+positions after the prefix, and each text attends to the prefix whole, then to itself:
+
+    prefix     | p p p p |                     run once, keys and values kept per layer
+    input_ids  | a a | b b | c c c |           positions 4, 5, ...
+    a attends  | p p p p | a a (causal) |
 """
 
 from __future__ import annotations
@@ -32,6 +41,28 @@ class AttentionGroup:
 
 
 @dataclass(frozen=True)
+class SharedPrefix:
+    """Tokens every text of a batch starts with, run once through a causal model (the
+    model's encode_prefix). Its first n tokens' states are those of n tokens alone, so a
+    shorter shared prefix is a slice of a longer one (first)."""
+
+    token_ids: tuple[int, ...]          # [num_tokens]
+    keys: tuple[torch.Tensor, ...]      # per layer [num_tokens, num_kv_heads, head_dim], rotated as attended
+    values: tuple[torch.Tensor, ...]    # per layer [num_tokens, num_kv_heads, head_dim]
+    hidden: torch.Tensor                # [num_tokens, hidden_size] after the final norm (pooled by mean, max, cls)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def first(self, num_tokens: int) -> "SharedPrefix":
+        if num_tokens == self.num_tokens:
+            return self
+        return SharedPrefix(self.token_ids[:num_tokens], tuple(k[:num_tokens] for k in self.keys),
+                            tuple(v[:num_tokens] for v in self.values), self.hidden[:num_tokens])
+
+
+@dataclass(frozen=True)
 class PackedBatch:
     """Texts of one forward pass, laid end to end (shapes in comments)."""
 
@@ -41,6 +72,7 @@ class PackedBatch:
     seq_lens: torch.Tensor              # [num_seqs] int64
     groups: tuple[AttentionGroup, ...]  # runs of equal length, covering input_ids in order
     cu_seqlens: torch.Tensor            # [num_seqs + 1] int32, text s is input_ids[cu[s]:cu[s + 1]] (GPU kernel)
+    prefix: SharedPrefix | None = None  # tokens before every text, on the model's device; None: texts are whole
 
     @property
     def num_tokens(self) -> int:
@@ -101,13 +133,41 @@ def cu_seqlens(groups: tuple[AttentionGroup, ...]) -> torch.Tensor:
     return torch.tensor([*starts, end], dtype=torch.int32)
 
 
-def pack(token_ids: list[list[int]], rows: list[int]) -> PackedBatch:
-    """The PackedBatch of token_ids[row] for each row, in the order given."""
+def pack(token_ids: list[list[int]], rows: list[int], prefix: SharedPrefix | None = None) -> PackedBatch:
+    """The PackedBatch of token_ids[row] for each row, in the order given; behind `prefix`
+    (token_ids then hold the tokens after it), positions count on from its end."""
     seq_lens = [len(token_ids[row]) for row in rows]
     lens = torch.tensor(seq_lens, dtype=torch.long)
     flat = torch.tensor([token for row in rows for token in token_ids[row]], dtype=torch.long)
     starts = torch.cumsum(lens, 0) - lens
     positions = torch.arange(flat.shape[0]) - torch.repeat_interleave(starts, lens)
+    if prefix is not None:
+        positions += prefix.num_tokens
     groups = attention_groups(seq_lens)
     return PackedBatch(rows=list(rows), input_ids=flat, positions=positions, seq_lens=lens, groups=groups,
-                       cu_seqlens=cu_seqlens(groups))
+                       cu_seqlens=cu_seqlens(groups), prefix=prefix)
+
+
+def shared_prefix_length(token_ids: list[list[int]]) -> int:
+    """How many leading tokens every row shares, leaving each row at least one of its own
+    (the last token, which last-token pooling reads, is never shared). Token ids, not the
+    prompt's own tokenization: BPE may merge a prompt's last characters with a text's first."""
+    if not token_ids:
+        return 0
+    first = token_ids[0]
+    length = min(len(ids) for ids in token_ids) - 1
+    for ids in token_ids[1:]:
+        if length <= 0:
+            return 0
+        if ids[:length] != first[:length]:      # a slice compare is C; the walk only where they differ
+            length = common_prefix_length(first[:length], ids)
+    return max(length, 0)
+
+
+def common_prefix_length(a: list[int] | tuple[int, ...], b: list[int] | tuple[int, ...]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length

@@ -12,25 +12,37 @@ overlaps the next batch's packing and copies with the device's work:
 
 On CPU the same loop runs with nothing in flight: each batch's vectors are ready when
 its forward returns, and nothing is pinned or copied.
+
+NOTE: a causal model (an LLM embedder) called with a prompt runs the tokens every row of a
+chunk starts with once (engine.embed.batching.SharedPrefix): under causal attention their
+states do not depend on the text after them. Each row then runs only its own tokens,
+attending to the prefix's kept keys and values, and pools with the prefix's states where
+its pooling reads them (mean, max, cls; last-token pooling does not). The shared prefix is
+found in the rows' token ids, not the prompt's own tokenization (BPE may merge the
+prompt's last characters with a text's first), and every row keeps at least its last
+token. A later chunk of the call takes a slice of a prefix computed for an earlier one.
+Encoders (BERT, ModernBERT) attend both ways and always run whole rows.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from engine.embed.batching import pack, plan_batches
+from engine.embed.batching import SharedPrefix, common_prefix_length, pack, plan_batches, shared_prefix_length
 from engine.embed.config import EncoderConfig, load_encoder_config
 from engine.embed.outputs import EmbeddingOutput
 from engine.embed.params import EmbedParams
 from engine.embed.tokenizer import Tokenizer, tokenize_ahead
-from engine.layers.pooling import finish, pool
+from engine.layers.pooling import finish, pool, pool_after_prefix
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers import linear
 from engine.layers.packed_linear import HAS_BF16_PACKING, pack_linears
@@ -51,6 +63,25 @@ CHUNK_ROWS = 8192
 # Threads tokenizing ahead: one on CPU, where the cores run the model; on a GPU as many
 # as the host spares, up to this.
 MAX_GPU_TOKENIZE_THREADS = 8
+# Fewer shared tokens than this are run with every row: a separate pass costs more than it saves.
+MIN_SHARED_PREFIX_TOKENS = 4
+
+log = logging.getLogger("barge.engine")
+
+
+@dataclass
+class EncodeStats:
+    """What one encode call ran (Embedder.last_call), as the generate engine's RunStats."""
+
+    num_rows: int = 0                   # rows handed to the model
+    num_tokens: int = 0                 # their tokens, prompt included (EmbeddingOutput.num_tokens summed)
+    num_prefix_tokens: int = 0          # tokens of shared prefixes, each run once (a slice reused: not again)
+    num_shared_prefix_tokens: int = 0   # of num_tokens, those served from a shared prefix (rows x its length)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        """Tokens the forward passes ran: every row's own, and each shared prefix once."""
+        return self.num_tokens - self.num_shared_prefix_tokens + self.num_prefix_tokens
 
 
 @dataclass
@@ -81,6 +112,9 @@ class Embedder:
         self.step_observers: list[StepObserver] = []     # called with each forward batch's StepStats
         self.oom_guard = OomGuard.from_env()              # out-of-memory errors survived (engine.oom)
         self.num_tokenize_threads = tokenize_threads(device)
+        # Causal attention only: a prompt's states depend on the tokens after it in an encoder.
+        self.share_prompt_prefix = config.family == "decoder"
+        self.last_call = EncodeStats()                    # the latest encode call's counts
         self._tokenize_pool = ThreadPoolExecutor(max_workers=self.num_tokenize_threads,
                                                  thread_name_prefix="barge-tokenize")
 
@@ -143,6 +177,8 @@ class Embedder:
             else:
                 valid.append(index)
         prompt = self.config.prompt_for(params.prompt, params.prompt_name)
+        stats = self.last_call = EncodeStats()
+        prefixes: list[SharedPrefix] = []       # computed in this call, for its later chunks to slice
         for rows, token_ids in self._tokenized_chunks(texts, valid, prompt, params.truncate):
             accepted = []
             for row, ids in zip(rows, token_ids):
@@ -151,11 +187,53 @@ class Embedder:
                     outputs[row] = EmbeddingOutput(None, len(ids), error)
                 else:
                     accepted.append((row, ids))
-            vectors, errors = self._embed_token_ids([ids for _, ids in accepted], params)
+            accepted_ids = [ids for _, ids in accepted]
+            prefix = None
+            if prompt and self.share_prompt_prefix:
+                prefix = self._shared_prefix(accepted_ids, prefixes)
+            stats.num_rows += len(accepted_ids)
+            stats.num_tokens += sum(len(ids) for ids in accepted_ids)
+            stats.num_shared_prefix_tokens += len(accepted_ids) * prefix.num_tokens if prefix else 0
+            vectors, errors = self._embed_token_ids(accepted_ids, params, prefix)
             for index, ((row, ids), vector) in enumerate(zip(accepted, vectors)):
                 outputs[row] = EmbeddingOutput(None, len(ids), errors[index]) if index in errors else \
                     EmbeddingOutput(vector, len(ids))
+        stats.num_prefix_tokens = sum(prefix.num_tokens for prefix in prefixes)
+        if stats.num_shared_prefix_tokens:
+            log.debug("embed: %d rows, %d tokens; shared prefixes of %s tokens run once served %d tokens, "
+                      "%d computed in all", stats.num_rows, stats.num_tokens, [p.num_tokens for p in prefixes],
+                      stats.num_shared_prefix_tokens, stats.num_computed_tokens)
         return outputs
+
+    def _shared_prefix(self, token_ids: list[list[int]], prefixes: list[SharedPrefix]) -> SharedPrefix | None:
+        """The prefix every row of a chunk shares: a slice of one this call computed already
+        where one serves (exact: a causal prefix's first n states are those of n tokens alone),
+        else run now and added to `prefixes`; None where the rows share too few tokens."""
+        length = shared_prefix_length(token_ids)
+        if length < MIN_SHARED_PREFIX_TOKENS:
+            return None
+        wanted = token_ids[0][:length]
+        for known in prefixes:
+            reusable = common_prefix_length(known.token_ids, wanted)
+            if reusable >= MIN_SHARED_PREFIX_TOKENS:
+                return known.first(reusable)
+        if len(token_ids) < 2:      # run apart for one row, it would save nothing
+            return None
+        try:
+            prefix = self._encode_prefix(wanted)
+        except torch.OutOfMemoryError as error:     # the rows run whole, as without a prompt
+            self.oom_guard.record(error, self.device, f"shared prefix of {length} tokens not used")
+            return None
+        prefixes.append(prefix)
+        return prefix
+
+    @torch.inference_mode()
+    def _encode_prefix(self, token_ids: list[int]) -> SharedPrefix:
+        if self.step_observers:
+            notify(self.step_observers, StepStats(num_seqs=1, num_tokens=len(token_ids), max_num_seqs=None,
+                                                  max_num_tokens=self.max_batch_tokens))
+        self.oom_guard.check(len(token_ids))
+        return self.model.encode_prefix(token_ids)
 
     def _tokenized_chunks(self, texts: list, rows: list[int], prompt: str,
                           truncate: bool) -> Iterator[tuple[list[int], list]]:
@@ -180,18 +258,24 @@ class Embedder:
         return None
 
     @torch.inference_mode()
-    def _embed_token_ids(self, token_ids: list[list[int]], params: EmbedParams) -> tuple[np.ndarray, dict[int, str]]:
+    def _embed_token_ids(self, token_ids: list[list[int]], params: EmbedParams,
+                         prefix: SharedPrefix | None = None) -> tuple[np.ndarray, dict[int, str]]:
         """The vectors of token_ids, and the rows that ran out of memory alone (row -> error).
-        A batch that runs out of memory is split under a halved budget and run again (engine.oom)."""
+        A batch that runs out of memory is split under a halved budget and run again (engine.oom).
+        Behind a prefix every row starts with, only the tokens after it are run."""
         vectors = np.empty((len(token_ids), params.dimensions or self.embedding_dim), dtype=params.numpy_dtype)
         errors: dict[int, str] = {}
+        launch = self._launch
+        if prefix is not None:
+            token_ids = [ids[prefix.num_tokens:] for ids in token_ids]
+            launch = partial(self._launch, prefix=prefix)
         lengths = [len(ids) for ids in token_ids]
         pending = plan_batches(lengths, self.max_batch_tokens)
         in_flight: InFlight | None = None
         while pending:
             rows = pending.pop(0)
             try:
-                launched = self._launch(token_ids, rows, params)
+                launched = launch(token_ids, rows, params)
             except torch.OutOfMemoryError as error:
                 self._after_oom(error, rows, lengths, errors)
                 # Every batch still to run is planned again under the lowered budget: those
@@ -207,17 +291,24 @@ class Embedder:
             self._store(in_flight, vectors)
         return vectors, errors
 
-    def _launch(self, token_ids: list[list[int]], rows: list[int], params: EmbedParams) -> InFlight:
+    def _launch(self, token_ids: list[list[int]], rows: list[int], params: EmbedParams,
+                prefix: SharedPrefix | None = None) -> InFlight:
         """Run one batch; on a GPU without waiting for it (its vectors land in pinned memory)."""
-        batch = pack(token_ids, rows)
+        batch = pack(token_ids, rows, prefix)
         on_gpu = self.device.type == "cuda"
         batch = batch.pin().to(self.device, non_blocking=True) if on_gpu else batch.to(self.device)
+        num_shared_tokens = len(rows) * prefix.num_tokens if prefix is not None else 0
         if self.step_observers:
             notify(self.step_observers, StepStats(num_seqs=len(rows), num_tokens=batch.num_tokens,
-                                                  max_num_seqs=None, max_num_tokens=self.max_batch_tokens))
+                                                  max_num_seqs=None, max_num_tokens=self.max_batch_tokens,
+                                                  num_prefix_cache_hit_tokens=num_shared_tokens))
         self.oom_guard.check(batch.num_tokens)
         hidden = self.model(batch)
-        pooled = finish(pool(hidden, batch.seq_lens, self.config.pooling), params.dimensions, params.normalize)
+        if prefix is None:
+            pooled = pool(hidden, batch.seq_lens, self.config.pooling)
+        else:
+            pooled = pool_after_prefix(hidden, batch.seq_lens, self.config.pooling, prefix.hidden)
+        pooled = finish(pooled, params.dimensions, params.normalize)
         if not on_gpu:
             return InFlight(rows, pooled.cpu(), None)
         host = torch.empty(pooled.shape, dtype=pooled.dtype, pin_memory=True)

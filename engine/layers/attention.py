@@ -13,6 +13,10 @@ per group in bf16 took most of the forward's time once AMX made the linears fast
 of MiniLM's, in a profile on this project's 2-core Xeon), and the widening costs two
 passes over [num_tokens, 3 * hidden]; softmax and P·V stay in fp32 as a bonus.
 packed_attention (decoders, ModernBERT) keeps its paths: bf16 there is SDPA per group.
+
+Texts behind a shared prefix (an LLM embedder's instruction run once, engine.embed.batching.
+SharedPrefix) take attend_after_prefix: SDPA per group on every device, the kernels taking
+no prefix.
 """
 
 from __future__ import annotations
@@ -136,6 +140,45 @@ def attend_per_group(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: 
                                                   enable_gqa=num_kv_heads != num_heads)
         out[rows].unflatten(0, shape).copy_(attended.transpose(1, 2))
     return out
+
+
+def attend_after_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: tuple[AttentionGroup, ...],
+                        prefix_keys: torch.Tensor, prefix_values: torch.Tensor) -> torch.Tensor:
+    """Causal attention for texts behind a shared prefix (engine.embed.batching.SharedPrefix):
+    q [num_tokens, num_heads, head_dim], k/v [num_tokens, num_kv_heads, head_dim] for the
+    texts' own tokens; prefix_keys/values [num_prefix_tokens, num_kv_heads, head_dim].
+    Each token sees every prefix token, then its own text's up to itself:
+
+        keys          | p p p p | a0 a1 a2 |
+        query a1 mask | T T T T | T  T  F  |
+
+    SDPA per group with that mask, on every device: neither the CPU kernel nor the Triton
+    one takes a prefix, so the fused paths are not used here.
+    """
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    num_prefix_tokens = prefix_keys.shape[0]
+    prefix_k, prefix_v = prefix_keys.transpose(0, 1), prefix_values.transpose(0, 1)   # [kv_heads, P, head_dim]
+    masks: dict[int, torch.Tensor] = {}
+    out = torch.empty_like(q)
+    for group in groups:
+        rows = slice(group.start, group.start + group.num_tokens)
+        shape = (group.num_seqs, group.seq_len)
+        qg, kg, vg = (x[rows].unflatten(0, shape).transpose(1, 2) for x in (q, k, v))
+        kg = torch.cat([prefix_k.expand(group.num_seqs, -1, -1, -1), kg], dim=2)     # [seqs, kv_heads, P + L, d]
+        vg = torch.cat([prefix_v.expand(group.num_seqs, -1, -1, -1), vg], dim=2)
+        if group.seq_len not in masks:
+            masks[group.seq_len] = prefix_causal_mask(num_prefix_tokens, group.seq_len, q.device)
+        attended = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=masks[group.seq_len],
+                                                  enable_gqa=num_kv_heads != num_heads)
+        out[rows].unflatten(0, shape).copy_(attended.transpose(1, 2))
+    return out
+
+
+def prefix_causal_mask(num_prefix_tokens: int, seq_len: int, device: torch.device) -> torch.Tensor:
+    """bool [seq_len, num_prefix_tokens + seq_len]: all of the prefix, then lower-triangular."""
+    mask = torch.ones(seq_len, num_prefix_tokens + seq_len, dtype=torch.bool, device=device)
+    mask[:, num_prefix_tokens:].tril_()
+    return mask
 
 
 def _attend_on_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: tuple[AttentionGroup, ...],

@@ -27,6 +27,25 @@ def pool(hidden: torch.Tensor, seq_lens: torch.Tensor, mode: str) -> torch.Tenso
     return summed / (num_tokens if mode == "mean" else num_tokens.sqrt())
 
 
+def pool_after_prefix(hidden: torch.Tensor, seq_lens: torch.Tensor, mode: str,
+                      prefix_hidden: torch.Tensor) -> torch.Tensor:
+    """As pool, for texts behind a shared prefix: hidden and seq_lens cover each text's own
+    tokens, prefix_hidden [num_prefix_tokens, dim] the tokens every text starts with, which
+    pool with each text as sentence-transformers' include_prompt=True has it."""
+    if mode == "lasttoken":
+        return pool(hidden, seq_lens, mode)
+    prefix_hidden = prefix_hidden.float()
+    if mode == "cls":
+        return prefix_hidden[:1].expand(seq_lens.shape[0], -1)
+    if mode == "max":
+        return torch.maximum(pool(hidden, seq_lens, mode), prefix_hidden.max(0).values)
+    if mode not in ("mean", "mean_sqrt_len_tokens"):
+        raise ValueError(f"unsupported pooling mode {mode!r}")
+    summed = torch.segment_reduce(hidden.float(), "sum", lengths=seq_lens) + prefix_hidden.sum(0)
+    num_tokens = (seq_lens + prefix_hidden.shape[0]).to(summed.dtype).unsqueeze(-1)
+    return summed / (num_tokens if mode == "mean" else num_tokens.sqrt())
+
+
 def finish(pooled: torch.Tensor, dimensions: int | None, normalize: bool) -> torch.Tensor:
     """Matryoshka truncation to `dimensions`, then L2 normalisation when asked."""
     if dimensions is not None:

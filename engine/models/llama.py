@@ -17,23 +17,26 @@ with the host, so the decode step can be captured in a CUDA graph.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.embed.batching import PackedBatch
+from engine.embed.batching import PackedBatch, SharedPrefix, pack
 from engine.generate.attention import AttentionMetadata, paged_attention
 from engine.generate.kv_cache import KVCache, LayerKVCache
 from engine.generate.model_config import DecoderConfig
 from engine.generate.rotary import Rotary, apply_rotary
-from engine.layers.attention import packed_attention
+from engine.layers.attention import attend_after_prefix, packed_attention
 
 if TYPE_CHECKING:
     from engine.lora.batch import LoraBatch
 
 Rope = tuple[torch.Tensor, torch.Tensor]     # cos, sin [num_tokens, 1, head_dim], computed once per step
+# An embedder layer's attention: (layer index, q, k, v) -> attended, shaped like q
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _linear(layer: nn.Module, x: torch.Tensor, lora: LoraBatch | None) -> torch.Tensor:
@@ -212,6 +215,12 @@ class LlamaForEmbedding(nn.Module):
     and the embedder pools the hidden states (usually the last token's). On CUDA (or with
     `fused_ops=True`) the layers take the generate decoder's fused kernels (see the NOTE at
     the top), attention still over the packed batch.
+
+    A batch behind a shared prefix (batch.prefix, from encode_prefix: an instruction every
+    text starts with) holds only the texts' own tokens, which attend to the prefix's kept
+    keys and values (engine.layers.attention.attend_after_prefix): SDPA per group on every
+    device, as neither attention kernel (C++ on CPU, Triton on CUDA) takes a prefix. The
+    layers' other ops take the fused kernels where they run, as without a prefix.
     """
 
     def __init__(self, config: DecoderConfig):
@@ -224,31 +233,62 @@ class LlamaForEmbedding(nn.Module):
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         hidden = self.model.embed_tokens(batch.input_ids)
         rope = self.rotary.cos_sin(batch.positions, hidden.dtype)
+        attend = causal_attention(batch)
         if self.fused_ops or (self.fused_ops is None and hidden.is_cuda):
-            return self._forward_fused(hidden, rope, batch)
-        for layer in self.model.layers:
+            return self._forward_fused(hidden, rope, attend)
+        return self._run_layers(hidden, rope, attend)
+
+    def encode_prefix(self, token_ids: list[int]) -> SharedPrefix:
+        """Run the tokens every text of a call starts with, once, as a text of their own,
+        keeping each layer's rotated keys and values for the texts behind them to attend to."""
+        batch = pack([token_ids], [0]).to(self.model.embed_tokens.weight.device)
+        keys, values = [], []
+        attend_alone = causal_attention(batch)
+
+        def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            keys.append(k)
+            values.append(v)
+            return attend_alone(index, q, k, v)
+
+        hidden = self.model.embed_tokens(batch.input_ids)
+        hidden = self._run_layers(hidden, self.rotary.cos_sin(batch.positions, hidden.dtype), attend)
+        return SharedPrefix(tuple(token_ids), tuple(keys), tuple(values), hidden)
+
+    def _run_layers(self, hidden: torch.Tensor, rope: Rope, attend: Attend) -> torch.Tensor:
+        """The layers as PyTorch ops, attention by `attend` (layer index, q, k, v -> like q)."""
+        for index, layer in enumerate(self.model.layers):
             attention = layer.self_attn
             q, k, v = attention.project(layer.input_layernorm(hidden), rope)
-            attended = packed_attention(q, k, v, batch.groups, is_causal=True, cu_seqlens=batch.cu_seqlens)
+            attended = attend(index, q, k, v)
             hidden = hidden + attention.o_proj(attended.reshape(-1, attention.q_size))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return self.model.norm(hidden)
 
-    def _forward_fused(self, hidden: torch.Tensor, rope: Rope, batch: PackedBatch) -> torch.Tensor:
+    def _forward_fused(self, hidden: torch.Tensor, rope: Rope, attend: Attend) -> torch.Tensor:
         """As DecoderLayer.forward_fused: hidden is each layer's MLP output, added to the
         residual stream in the next norm."""
         residual = None
-        for layer in self.model.layers:
+        for index, layer in enumerate(self.model.layers):
             attention = layer.self_attn
             if residual is None:
                 residual, normed = hidden, layer.input_layernorm.fused(hidden)
             else:
                 normed = layer.input_layernorm.fused(hidden, residual)
             q, k, v = attention.project_fused(normed, rope)
-            attended = packed_attention(q, k, v, batch.groups, is_causal=True, cu_seqlens=batch.cu_seqlens)
-            attended = attention.o_proj(attended.reshape(-1, attention.q_size))
+            attended = attention.o_proj(attend(index, q, k, v).reshape(-1, attention.q_size))
             hidden = layer.mlp.forward_fused(layer.post_attention_layernorm.fused(attended, residual))
         return self.model.norm.fused(hidden, residual)
+
+
+def causal_attention(batch: PackedBatch) -> Attend:
+    """An embedder layer's attention over a packed batch: causal within each text, and
+    behind batch.prefix where the batch has one."""
+    prefix = batch.prefix
+    if prefix is None:
+        return lambda index, q, k, v: packed_attention(q, k, v, batch.groups, is_causal=True,
+                                                       cu_seqlens=batch.cu_seqlens)
+    return lambda index, q, k, v: attend_after_prefix(q, k, v, batch.groups, prefix.keys[index],
+                                                      prefix.values[index])
 
 
 def embedding_checkpoint_name_to_ours(name: str) -> str | None:
