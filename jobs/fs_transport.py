@@ -25,6 +25,8 @@ import logging
 import os
 import time
 import uuid
+from collections import deque
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 
@@ -72,10 +74,7 @@ class Channel(filesystem.Channel):
 
     def _get(self, queue):
         folder = Path(self.data_folder_in)
-        suffix = f"{queue}.msg"
-        for name in sorted(os.listdir(folder)):
-            if name.partition(".")[2] != suffix:
-                continue
+        for name in self._oldest_first(folder, queue):
             claimed = self._claim(folder, name)
             if claimed is None:
                 continue   # another reader took it
@@ -83,6 +82,30 @@ class Channel(filesystem.Channel):
             if payload is not None:
                 return payload
         raise Empty()
+
+    @cached_property
+    def _listed(self) -> dict[str, deque[str]]:
+        """queue -> its message names from the last listing not yet tried, oldest first."""
+        return {}
+
+    def _oldest_first(self, folder: Path, queue: str) -> Iterator[str]:
+        """The queue's message names, oldest first: those left from the last listing, then a
+        new listing's. A name starts with the system-wide monotonic clock of its put, so a
+        message put since the listing sorts after every name in it.
+
+        NOTE: listing and sorting the folder for every message made a backlog quadratic:
+        one reader taking a backlog of 5,000 messages used 6.8 s of CPU, 0.36 s with this
+        (2-core Intel Xeon, 2026-12-07, a kombu SimpleQueue over a temporary folder). At
+        the message storm's size (tests/e2e/test_broker_resilience.py, 3,000 shard messages
+        in windows of 1,000) the test's CPU was the same either way (104 against 105 s).
+        A name another reader claimed since costs one failed rename."""
+        listed = self._listed.setdefault(queue, deque())
+        while listed:
+            yield listed.popleft()
+        suffix = f"{queue}.msg"
+        listed.extend(sorted(name for name in os.listdir(folder) if name.partition(".")[2] == suffix))
+        while listed:
+            yield listed.popleft()
 
     @cached_property
     def _processing_folder(self) -> Path:

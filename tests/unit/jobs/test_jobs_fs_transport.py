@@ -95,3 +95,27 @@ def test_bindings_from_several_connections_are_all_kept(folders):
     with connection(folders) as conn:
         table = conn.default_channel.get_table("shared")
     assert sorted(binding.queue for binding in table) == [f"queue-{i}" for i in range(8)]
+
+
+def test_a_backlog_is_listed_once_and_read_oldest_first_by_two_readers(folders, monkeypatch):
+    """A queue of 200 messages read through two connections: each message once, each
+    reader's in the order they were put, a message put meanwhile after the older ones, and
+    the folder listed a few times, not once per message (which made a backlog quadratic)."""
+    listings = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listings.append(path) or real_listdir(path))
+    with connection(folders) as first, connection(folders) as second:
+        queues = [first.SimpleQueue("q"), second.SimpleQueue("q")]
+        for i in range(200):
+            queues[0].put({"i": i})
+        seen = [[], []]
+        for turn in range(200):
+            reader = turn % 2
+            seen[reader].append(take(queues[reader])["i"])
+            if turn == 50:
+                queues[0].put({"i": 200})
+        seen[0].append(take(queues[0])["i"])
+    assert sorted(seen[0] + seen[1]) == list(range(201))
+    assert all(got == sorted(got) for got in seen), seen
+    queue_listings = [path for path in listings if str(path) == str(folders / "queue")]
+    assert len(queue_listings) <= 10, len(queue_listings)
