@@ -19,7 +19,6 @@ import argparse
 import importlib.util
 import os
 import random
-import re
 import statistics
 import sys
 import time
@@ -40,18 +39,10 @@ from engine.layers import linear  # noqa: E402
 from engine.layers.packed_linear import pack_linears  # noqa: E402
 from engine.models.llama import LlamaForEmbedding  # noqa: E402
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from rerank_prefix_bench import NOT_PROSE, PROSE, SMOLLM2_GGUF, cpu_model  # noqa: E402
+
 INSTRUCTION = ("Instruct: Given a web search query about software licences, retrieve relevant passages "
                "that answer the query\nQuery: ")
-PROSE = sorted(Path("/usr/share/common-licenses").glob("*"))
-NOT_PROSE = re.compile(r"@|https?:|www\.|/|\d{4}")
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def load_embedder(max_batch_tokens: int) -> Embedder:

@@ -30,3 +30,18 @@ def save_random_adapter(model, folder: Path, rank: int, targets: list[str], seed
     peft_model.save_pretrained(folder)
     peft_model.unload()
     return folder
+
+
+def peft_greedy_tokens(reference, adapter: Path, prompt: list[int], max_tokens: int) -> list[int]:
+    """transformers' greedy tokens for `prompt` through PeftModel with `adapter` on `reference`
+    (EOS ignored), which is left as it was."""
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(reference, adapter).eval()
+    try:
+        with torch.no_grad():
+            output = model.generate(torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False,
+                                    eos_token_id=None, pad_token_id=0)
+        return output[0, len(prompt):].tolist()
+    finally:
+        model.unload()

@@ -13,11 +13,11 @@ from engine.generate.options import GenerateOptions
 from engine.generate.sampling_params import SamplingParams
 from engine.lora.gate import admits
 from engine.lora.options import LoraOptions
-from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
+from tests.support.lora_adapters import ATTENTION, MLP, peft_greedy_tokens, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
+pytest.importorskip("peft")
 
 CPU = torch.device("cpu")
 PROMPTS = [[1, 5, 9, 33, 100, 7], [1, 42, 43, 44], [1, 300, 301, 302, 8, 9, 10, 11, 12]]
@@ -36,17 +36,6 @@ def build(tmp_path, family: str, lora: LoraOptions | None = LoraOptions(max_lora
     return engine, reference, adapters
 
 
-def peft_tokens(reference, adapter, prompt: list[int]) -> list[int]:
-    model = peft.PeftModel.from_pretrained(reference, adapter).eval()
-    try:
-        with torch.no_grad():
-            output = model.generate(torch.tensor([prompt]), max_new_tokens=GREEDY.max_tokens, do_sample=False,
-                                    eos_token_id=None, pad_token_id=0)
-        return output[0, len(prompt):].tolist()
-    finally:
-        model.unload()
-
-
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     return build(tmp_path_factory.mktemp("llama"), "llama")
@@ -59,7 +48,7 @@ def test_greedy_tokens_equal_peft_in_every_family(tmp_path, family):
     rows = [(prompt, adapter) for prompt in PROMPTS[:2] for adapter in adapters]
     outputs = engine.generate([prompt for prompt, _ in rows], GREEDY, adapter=[adapter for _, adapter in rows])
     for (prompt, adapter), output in zip(rows, outputs):
-        assert output.token_ids == peft_tokens(reference, adapter, prompt), (family, adapter.name)
+        assert output.token_ids == peft_greedy_tokens(reference, adapter, prompt, GREEDY.max_tokens), (family, adapter.name)
 
 
 def test_a_batch_never_holds_more_than_max_loras_adapters(tmp_path):

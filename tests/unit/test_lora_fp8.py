@@ -16,11 +16,11 @@ from engine.layers.fp8_linear import Fp8Linear
 from engine.lora.linear import LoraLinear
 from engine.lora.options import LoraOptions
 from engine.quant.fp8 import dequantize, quantize_per_channel
-from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
+from tests.support.lora_adapters import ATTENTION, MLP, peft_greedy_tokens, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
+pytest.importorskip("peft")
 
 CPU = torch.device("cpu")
 PROMPTS = [[1, 5, 9, 33, 100, 7], [1, 42, 43, 44], [1, 300, 301, 302, 8, 9, 10, 11, 12]]
@@ -38,17 +38,6 @@ def _dequantized_reference(folder):
                 q, scale = quantize_per_channel(module.weight)
                 module.weight.copy_(dequantize(q, scale, module.in_features, torch.float32))
     return model
-
-
-def _peft_tokens(reference, adapter, prompt: list[int]) -> list[int]:
-    model = peft.PeftModel.from_pretrained(reference, adapter).eval()
-    try:
-        with torch.no_grad():
-            output = model.generate(torch.tensor([prompt]), max_new_tokens=GREEDY.max_tokens, do_sample=False,
-                                    eos_token_id=None, pad_token_id=0)
-        return output[0, len(prompt):].tolist()
-    finally:
-        model.unload()
 
 
 def test_adapters_over_fp8_base_weights_give_peft_tokens_on_the_same_weights(tmp_path):
@@ -69,6 +58,6 @@ def test_adapters_over_fp8_base_weights_give_peft_tokens_on_the_same_weights(tmp
         alone = engine.generate([prompt], GREEDY, adapter=adapter)[0].token_ids
         assert output.token_ids == alone, (prompt, adapter)
         if adapter is not None:
-            assert output.token_ids == _peft_tokens(reference, adapter, prompt), (prompt, adapter.name)
+            assert output.token_ids == peft_greedy_tokens(reference, adapter, prompt, GREEDY.max_tokens), (prompt, adapter.name)
             changed += output.token_ids != base[tuple(prompt)]
     assert changed >= len(PROMPTS) * len(adapters) // 2, "the adapters hardly change the text: the test could not fail"
