@@ -54,6 +54,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,7 @@ class OrderRun:
     running_s: float                # the reports' running_s (first shard started -> finished), summed
     engine: dict                    # the worker engine's settings, as its commits recorded (KV blocks)
     texts: dict[int, str]           # row id -> generated text
+    shards_by_worker: list[int]     # shards each worker committed, most first
 
 
 def load_tokenizer() -> TextTokenizer:
@@ -137,13 +139,17 @@ def run_order(order: Order, texts: list[str], args, root: Path) -> OrderRun:
     env = {"BARGE_KV_CACHE_FRACTION": str(args.kv_cache_fraction),
            "BARGE_PREFIX_ORDER": "0" if order.name.endswith(FCFS) else "1"}
     params = {"max_tokens": args.max_tokens, "temperature": 0.0, "ignore_eos": True}
-    num_shards, prefills, running_s, generated, engine = 0, [], 0.0, {}, {}
+    num_shards, prefills, running_s, generated, engine, by_worker = 0, [], 0.0, {}, {}, Counter()
     with stack("embedded", folder / "barge", env) as deployment:
-        deployment.start_worker(model="smollm2")
+        for _ in range(args.workers):
+            deployment.start_worker(model="smollm2")
         client = deployment.client()
-        warm_up = write_input(folder / "warm-up-input", [WARM_UP_PROMPT], [0])
+        # one one-row shard per worker (each loads its engine on its first shard; a worker
+        # that takes two leaves the other to load during the order's first job)
+        warm_up = write_input(folder / "warm-up-input", [WARM_UP_PROMPT] * args.workers, list(range(args.workers)))
         run_job(client, JobSpec(mode="generate", model="smollm2", input=warm_up, id_column="doc_id",
-                                output=str(folder / "warm-up-output"), params={**params, "max_tokens": 1}),
+                                output=str(folder / "warm-up-output"), max_rows_per_shard=1,
+                                params={**params, "max_tokens": 1}),
                 args.timeout_s, deployment.worker_logs)
         for index, rows in enumerate(order.jobs):
             spec = JobSpec(mode="generate", model="smollm2", input=write_input(folder / f"input-{index}", texts, rows),
@@ -154,23 +160,27 @@ def run_order(order: Order, texts: list[str], args, root: Path) -> OrderRun:
             prefills.append(report.generate.prefill)
             running_s += report.throughput.running_s
             engine = report.engines[0] if report.engines else engine
+            by_worker.update(shard.worker_id for shard in client.store.list_shards(job.id))
             table = job.results()
             generated |= dict(zip(table.column("doc_id").to_pylist(), table.column("text").to_pylist()))
-    return OrderRun(order.name, num_shards, sum(prefills[1:], prefills[0]), running_s, engine, generated)
+    return OrderRun(order.name, num_shards, sum(prefills[1:], prefills[0]), running_s, engine, generated,
+                    sorted(by_worker.values(), reverse=True))
 
 
 def print_table(runs: list[OrderRun], job_bound: int) -> None:
     """'same texts': every row's generated text equals the first order's (the warm-cache run)."""
     reference = runs[0]
     print(f"  {'order':<34} {'KV blocks':>9} {'shards':>6} {'prompt tok':>10} {'computed':>9} {'cached':>9} "
-          f"{'shard bound':>11} {'/ bound':>7} {'/ job bound':>11} {'wall s':>7} {'/ warm':>6}  same texts")
+          f"{'shard bound':>11} {'/ bound':>7} {'/ job bound':>11} {'wall s':>7} {'/ warm':>6}  same texts  "
+          f"shards by worker")
     for run in runs:
         prefill, bound = run.prefill, run.prefill.num_lower_bound
         bound_text = f"{bound:11,} {prefill.num_computed_tokens / bound:6.2f}x" if bound else f"{'-':>11} {'-':>7}"
         print(f"  {run.name:<34} {run.engine.get('num_kv_blocks', 0):9,} {run.num_shards:6} "
               f"{prefill.num_prompt_tokens:10,} {prefill.num_computed_tokens:9,} {prefill.num_cached_tokens:9,} "
               f"{bound_text} {prefill.num_computed_tokens / job_bound:10.2f}x {run.running_s:7.1f} "
-              f"{run.running_s / reference.running_s:5.2f}x  {run.texts == reference.texts}")
+              f"{run.running_s / reference.running_s:5.2f}x  {str(run.texts == reference.texts):<10}  "
+              f"{'+'.join(map(str, run.shards_by_worker))}")
 
 
 def flag_small_caches(runs: list[OrderRun], job_bound: int) -> None:
@@ -190,6 +200,9 @@ def parse_args() -> argparse.Namespace:
                         help="the worker's BARGE_KV_CACHE_FRACTION: its KV cache's share of free memory")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="the longest one job may take")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="`barge worker` processes sharing each job: each computes the templates of the "
+                             "shards it takes in its own prefix cache")
     parser.add_argument("--first-come-first-served", action="store_true",
                         help="also run every order on a worker with BARGE_PREFIX_ORDER=0")
     return parser.parse_args()
@@ -209,7 +222,7 @@ def main() -> None:
     print(f"SmolLM2-135M-Instruct (Q4_1 GGUF, fp32) on a `barge worker`, {args.templates} templates of "
           f"{args.template_tokens[0]}-{args.template_tokens[1]} tokens, {args.rows} rows with "
           f"{args.suffix_tokens[0]}-{args.suffix_tokens[1]}-token suffixes, {args.max_tokens} tokens out each, "
-          f"{args.rows_per_shard} rows a shard; {plan.num_prompt_tokens:,} prompt tokens, job-wide lower bound "
+          f"{args.rows_per_shard} rows a shard, {args.workers} worker(s); {plan.num_prompt_tokens:,} prompt tokens, job-wide lower bound "
           f"{plan.num_distinct_tokens:,}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
           f"CPU: {cpu_model()}, load average {os.getloadavg()[0]:.1f}", flush=True)
     runs = []
