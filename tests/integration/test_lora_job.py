@@ -22,17 +22,15 @@ import pytest
 import torch
 
 from jobs import JobSpec, JobSpecError, JobStatus
-from jobs.client import Client
 from jobs.models import resolve_model
 from jobs.report import format_report, job_report
-from jobs.settings import Settings
 from queueing import planning
 from queueing.app import create_app
 from queueing.finalize import finalize_job
 from queueing.runtime import EngineKey, Runtime, WorkerOptions
 from queueing.worker import run_shard
 from storage.manifest import read_manifest
-from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
+from tests.support.lora_adapters import ATTENTION, MLP, lora_client, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
@@ -57,12 +55,7 @@ def folders(tmp_path_factory):
 
 @pytest.fixture
 def client(tmp_path, monkeypatch):
-    monkeypatch.delenv("BARGE_MODELS", raising=False)
-    monkeypatch.delenv("BARGE_MODELS_FILE", raising=False)
-    client = Client(settings=Settings.from_env({"BARGE_DATA_DIR": str(tmp_path / "barge"),
-                                                "BARGE_MAX_LORA_RANK": str(MAX_RANK)}))
-    yield client
-    client.store.engine.dispose()
+    yield from lora_client(tmp_path, monkeypatch, MAX_RANK)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ saved with save_pretrained, as a user's trained adapter would be (no real adapte
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -45,3 +46,17 @@ def peft_greedy_tokens(reference, adapter: Path, prompt: list[int], max_tokens: 
         return output[0, len(prompt):].tolist()
     finally:
         model.unload()
+
+
+def lora_client(tmp_path: Path, monkeypatch, max_rank: int) -> Iterator:
+    """A fixture's body: a Client on a SQLite store in tmp_path that checks adapters against
+    `max_rank` and knows only the built-in models (a user's BARGE_MODELS is unset)."""
+    from jobs.client import Client
+    from jobs.settings import Settings
+
+    monkeypatch.delenv("BARGE_MODELS", raising=False)
+    monkeypatch.delenv("BARGE_MODELS_FILE", raising=False)
+    client = Client(settings=Settings.from_env({"BARGE_DATA_DIR": str(tmp_path / "barge"),
+                                                "BARGE_MAX_LORA_RANK": str(max_rank)}))
+    yield client
+    client.store.engine.dispose()

@@ -26,14 +26,13 @@ from engine.lora import adapter as engine_adapter
 from engine.lora.adapter import load_adapter
 from engine.lora.adapter_config import AdapterError
 from jobs.adapters import adapter_identity, check_adapter, hub_adapter, pin_adapter
-from jobs.client import Client
 from jobs.hosts import check_job_locations
 from jobs.hub_models import HubId
 from jobs.models import ModelRef
 from jobs.settings import Settings
 from jobs.spec import JobSpec, JobSpecError
 from tests.support.hub_server import HubRepo, HubServer
-from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
+from tests.support.lora_adapters import ATTENTION, MLP, lora_client, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
@@ -282,12 +281,7 @@ def test_offline_the_hub_cache_serves_the_submit_and_the_worker(hub, base, folde
 
 @pytest.fixture
 def client(tmp_path, monkeypatch):
-    monkeypatch.delenv("BARGE_MODELS", raising=False)
-    monkeypatch.delenv("BARGE_MODELS_FILE", raising=False)
-    client = Client(settings=Settings.from_env({"BARGE_DATA_DIR": str(tmp_path / "barge"),
-                                                "BARGE_MAX_LORA_RANK": str(MAX_RANK)}))
-    yield client
-    client.store.engine.dispose()
+    yield from lora_client(tmp_path, monkeypatch, MAX_RANK)
 
 
 def job(folders, tmp_path, name: str, **fields) -> JobSpec:
