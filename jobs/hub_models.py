@@ -205,10 +205,9 @@ def _snapshot_folder(repo_id: str, commit: str) -> Path:
     return Path(constants.HF_HUB_CACHE, repo_folder_name(repo_id=repo_id, repo_type="model"), "snapshots", commit)
 
 
-# LoRA adapters by Hub id (jobs.adapters): a PEFT adapter's two files (engine.lora.adapter_config's
-# CONFIG_NAME and WEIGHTS_NAME), all a worker fetches of an adapter's repo. A submit fetches
-# the config and reads the weights' safetensors header alone (safetensors_shapes).
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+# LoRA adapters by Hub id (jobs.adapters): a submit fetches an adapter's config and reads its
+# weights' safetensors header alone (safetensors_shapes); a worker fetches the two files
+# (engine.lora.adapter).
 
 
 def hub_errors() -> tuple[type[Exception], ...]:
