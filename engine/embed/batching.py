@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from engine.token_ids import common_prefix
+
 
 @dataclass(frozen=True)
 class AttentionGroup:
@@ -160,14 +162,5 @@ def shared_prefix_length(token_ids: list[list[int]]) -> int:
         if length <= 0:
             return 0
         if ids[:length] != first[:length]:      # a slice compare is C; the walk only where they differ
-            length = common_prefix_length(first[:length], ids)
+            length = common_prefix(first[:length], ids)
     return max(length, 0)
-
-
-def common_prefix_length(a: list[int] | tuple[int, ...], b: list[int] | tuple[int, ...]) -> int:
-    length = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        length += 1
-    return length

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.embed.batching import SharedPrefix, common_prefix_length, pack, plan_batches, shared_prefix_length
+from engine.embed.batching import SharedPrefix, pack, plan_batches, shared_prefix_length
 from engine.embed.config import EncoderConfig, load_encoder_config
 from engine.embed.outputs import EmbeddingOutput
 from engine.embed.params import EmbedParams
@@ -54,6 +54,7 @@ from engine.quant.checkpoint import load_fp8_state
 from engine.quant.config import fp8_config_of_folder
 from engine.settings import encoder_settings
 from engine.step_stats import StepObserver, StepStats, notify
+from engine.token_ids import common_prefix
 
 # Rows are tokenized in chunks on a background thread while the model runs the chunk
 # before. The first chunk is small so the model starts early; later ones are large so
@@ -214,7 +215,7 @@ class Embedder:
             return None
         wanted = token_ids[0][:length]
         for known in prefixes:
-            reusable = common_prefix_length(known.token_ids, wanted)
+            reusable = common_prefix(known.token_ids, wanted)
             if reusable >= MIN_SHARED_PREFIX_TOKENS:
                 return known.first(reusable)
         if len(token_ids) < 2:      # run apart for one row, it would save nothing

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from engine.token_ids import common_prefix
+
 GREEDY_MAX_TOKENS = 32      # tokens generated per prompt for greedy agreement
 
 
@@ -148,10 +150,3 @@ def edit_rate(ref: list[str], hyp: list[str]) -> float:
 
 def _words(text: str) -> list[str]:
     return re.findall(r"[\w']+", text.lower())
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    for index, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return index
-    return min(len(a), len(b))

@@ -31,7 +31,8 @@ from engine.embed.config import is_embedding_folder
 from engine.engine import Engine
 from engine.generate import SamplingParams
 from engine.layers.fp8_linear import fp8_weight_bytes
-from engine.quant.compare import common_prefix, compare_embeddings, negative_log_likelihood, recipe_fields
+from engine.quant.compare import compare_embeddings, negative_log_likelihood, recipe_fields
+from engine.token_ids import common_prefix
 
 LICENSES = Path("/usr/share/common-licenses")
 HELD_OUT_TEXTS = {"GPL-3": LICENSES / "GPL-3", "Apache-2.0": LICENSES / "Apache-2.0",

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from engine.embed.batching import attention_groups, common_prefix_length, shared_prefix_length  # noqa: E402
+from engine.embed.batching import attention_groups, shared_prefix_length  # noqa: E402
+from engine.token_ids import common_prefix  # noqa: E402
 from engine.embed.config import POOLING_MODES  # noqa: E402
 from engine.embed.params import EmbedParams  # noqa: E402
 from engine.layers.attention import attend_after_prefix  # noqa: E402
@@ -40,8 +41,8 @@ def test_shared_prefix_length(token_ids, expected):
     assert shared_prefix_length(token_ids) == expected
 
 
-def test_common_prefix_length():
-    assert common_prefix_length((1, 2, 3), [1, 2, 4, 5]) == 2 and common_prefix_length([], [1]) == 0
+def test_common_prefix():
+    assert common_prefix((1, 2, 3), [1, 2, 4, 5]) == 2 and common_prefix([], [1]) == 0
 
 
 @pytest.mark.parametrize("mode", POOLING_MODES)

@@ -15,6 +15,7 @@ from engine.generate.kv_cache import (FP8_KV_DTYPE, FP8_MAX, MIN_SCALE, allocate
 from engine.generate.model_config import DecoderConfig  # noqa: E402
 from engine.generate.options import GenerateOptions  # noqa: E402
 from engine.gpu_memory import GIB, plan_kv_cache  # noqa: E402
+from engine.token_ids import common_prefix  # noqa: E402
 from tests.support.sm90 import assert_compiles_without_interpreter  # noqa: E402
 
 E4M3_HALF_ULP = 2.0 ** -4           # 3 mantissa bits: round to nearest is within 2^-4 of a normal value
@@ -140,7 +141,7 @@ def test_fp8_cache_greedy_tokens_and_logprobs_stay_close_to_the_fp32_cache(llama
     perplexity through an fp8 cache is the quality measure (barge eval-quant --kv-cache-dtype fp8)."""
     reference = generate(load(llama, monkeypatch))
     ours = generate(load(llama, monkeypatch, kv_cache_dtype="fp8"))
-    agreed = sum(_common_prefix(a.token_ids, b.token_ids) for a, b in zip(reference, ours))
+    agreed = sum(common_prefix(a.token_ids, b.token_ids) for a, b in zip(reference, ours))
     assert agreed / sum(len(a.token_ids) for a in reference) >= 0.5
     assert [a.token_ids[0] for a in reference] == [b.token_ids[0] for b in ours]
     differences = [abs(next(iter(a.values())) - next(iter(b.values())))
@@ -167,15 +168,6 @@ def test_the_paged_kernel_reads_the_fp8_cache_as_the_native_path_does(llama, mon
         results.append(([out.token_ids for round_ in outputs for out in round_], outputs[1][0].num_cached_tokens))
     assert results[0][1] == results[1][1] == 32
     assert results[0][0] == results[1][0]
-
-
-def _common_prefix(a, b):
-    count = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        count += 1
-    return count
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
