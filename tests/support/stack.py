@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.forkserver import ForkedProcess, spawn_cli
+
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
 REDIS_URL = "redis://127.0.0.1:6379/9"
@@ -36,7 +38,7 @@ class Stack:
     backend: str
     env: dict[str, str]                       # BARGE_* settings for this deployment
     data_dir: Path
-    workers: list[subprocess.Popen] = field(default_factory=list)
+    workers: list[subprocess.Popen | ForkedProcess] = field(default_factory=list)
 
     def client(self):
         from jobs.client import Client
@@ -44,22 +46,21 @@ class Stack:
         return Client(settings=Settings.from_env(self.env))
 
     def start_worker(self, model: str = "minilm", *, timeout_s: float = 180.0,
-                     env: dict[str, str] | None = None, metrics_port: int | None = None) -> subprocess.Popen:
+                     env: dict[str, str] | None = None,
+                     metrics_port: int | None = None) -> subprocess.Popen | ForkedProcess:
         process = self.spawn_worker(model, env=env, metrics_port=metrics_port)
         wait_ready(process, timeout_s)
         return process
 
     def spawn_worker(self, model: str = "minilm", *, env: dict[str, str] | None = None,
-                     metrics_port: int | None = None) -> subprocess.Popen:
+                     metrics_port: int | None = None) -> subprocess.Popen | ForkedProcess:
         """A worker process, started and not waited for (see wait_ready)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.data_dir / f"worker-{len(self.workers)}.log"
-        log = open(log_path, "wb")
         env = {**os.environ, **self.env, **(env or {})}
         metrics = ["--metrics-port", str(metrics_port)] if metrics_port is not None else []
-        process = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--model", model, *metrics],
-                                   env=env, stdout=log, stderr=subprocess.STDOUT)
-        process.log_path = log_path
+        # forked from the test process's warm fork server where its environment allows
+        process = spawn_cli(["worker", "--model", model, *metrics], env=env, log_path=log_path)
         self.workers.append(process)
         return process
 
@@ -79,9 +80,12 @@ class Stack:
         return "\n".join(Path(p.log_path).read_text()[-3000:] for p in self.workers)
 
     def spawn(self, argv: list[str], log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        """Any other process of this deployment (barge serve, a CLI), its output in data_dir/log_name."""
+        """Any other process of this deployment (barge serve, a CLI; a worker, as spawn_worker starts
+        one), its output in data_dir/log_name."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.data_dir / log_name
+        if argv[:4] == [sys.executable, "-m", "cli", "worker"]:
+            return spawn_cli(argv[3:], env={**os.environ, **self.env, **(env or {})}, log_path=log_path)
         process = subprocess.Popen(argv, env={**os.environ, **self.env, **(env or {})}, stdout=open(log_path, "wb"),
                                    stderr=subprocess.STDOUT)
         process.log_path = log_path
