@@ -47,12 +47,19 @@ def clips() -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def expected(reference, clips) -> dict:
-    """openai-whisper's greedy decode (language en, timestamps) and language probabilities
-    per clip; the encoder runs once, batched, and both calls take its output."""
+def features(reference, clips) -> torch.Tensor:
+    """openai-whisper's encoder output for every clip's window, in clips' order: run once,
+    batched, and taken by each reference decode below."""
     mels = torch.stack([_window_mel(samples) for samples in clips.values()])
     with torch.inference_mode():
-        features = reference.encoder(mels)
+        return reference.encoder(mels)
+
+
+@pytest.fixture(scope="module")
+def expected(reference, clips, features) -> dict:
+    """openai-whisper's greedy decode (language en, timestamps) and language probabilities
+    per clip."""
+    with torch.inference_mode():
         results = whisper.decode(reference, features, DecodingOptions(language="en", temperature=0.0, fp16=False))
         _, language_probs = whisper.detect_language(reference, features)
     return {name: (result, probs) for name, result, probs in zip(clips, results, language_probs)}
@@ -77,24 +84,23 @@ def _decode_all(asr, clips: dict[str, np.ndarray], options: DecodeOptions) -> di
     return requests
 
 
-def _reference_beam(reference, clips: dict[str, np.ndarray], options: DecodingOptions) -> dict:
+def _reference_beam(reference, features: dict[str, torch.Tensor], options: DecodingOptions) -> dict:
     """One clip per call: openai-whisper 20250625 repeats the tokens but not the audio
     features by the beam size (openai/whisper#1483, fix pending in #2197), so a batch of
     several clips fails in cross-attention; a single clip broadcasts and is correct."""
-    results = {}
     with torch.inference_mode():
-        for name, samples in clips.items():
-            results[name] = whisper.decode(reference, reference.encoder(_window_mel(samples)[None]), options)[0]
-    return results
+        return {name: whisper.decode(reference, clip_features[None], options)[0]
+                for name, clip_features in features.items()}
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["timestamps", "no-timestamps"])
-def beam_pair(request, asr, reference, clips) -> tuple[dict, dict]:
+def beam_pair(request, asr, reference, clips, features) -> tuple[dict, dict]:
     """openai-whisper's beam search (language en, temperature 0) and Barge's, on every
     clip with timestamps and on a few without; Barge's espeak-ng clips detect the language."""
     with_timestamps = request.param
     chosen = clips if with_timestamps else {name: clips[name] for name in NO_TIMESTAMP_CLIPS}
-    theirs = _reference_beam(reference, chosen, DecodingOptions(
+    by_name = dict(zip(clips, features))
+    theirs = _reference_beam(reference, {name: by_name[name] for name in chosen}, DecodingOptions(
         language="en", temperature=0.0, beam_size=BEAM_SIZE, without_timestamps=not with_timestamps, fp16=False))
     ours = _decode_all(asr, chosen, DecodeOptions(beam_size=BEAM_SIZE, with_timestamps=with_timestamps))
     return theirs, ours
