@@ -9,6 +9,10 @@ import os
 import signal
 import sys
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs import JobSpec, JobStatus
 from tests.support import forkserver
 from tests.support.stack import stack, wait_ready
 
@@ -21,6 +25,8 @@ def _ignored_signals(pid: int) -> int:
 
 
 def test_a_forked_worker_runs_as_a_cold_one_would(tmp_path):
+    with stack("embedded", tmp_path / "earlier") as earlier:   # a server started for another data dir
+        assert isinstance(earlier.start_worker(), forkserver.ForkedProcess)
     with stack("embedded", tmp_path / "barge") as deployment:
         worker = deployment.spawn_worker()
         assert isinstance(worker, forkserver.ForkedProcess)
@@ -28,9 +34,14 @@ def test_a_forked_worker_runs_as_a_cold_one_would(tmp_path):
         ignored = _ignored_signals(worker.pid)
         assert ignored & (1 << (signal.SIGPIPE - 1)), "SIGPIPE ignored, as Python sets it at start"
         assert not ignored & (1 << (signal.SIGTERM - 1))
-        environ = open(f"/proc/{worker.pid}/environ", "rb").read().split(b"\0")
-        assert f"BARGE_DATA_DIR={deployment.data_dir}".encode() in environ
         assert os.readlink(f"/proc/{worker.pid}/cwd") == os.getcwd()
+        # its environment is this deployment's (/proc/PID/environ shows the server's, as exec'd):
+        # it takes this deployment's job
+        corpus = tmp_path / "corpus.parquet"
+        pq.write_table(pa.table({"doc_id": [1, 2], "text": ["one row", "another"]}), corpus)
+        job = deployment.client().submit(JobSpec(mode="embed", model="minilm", input=str(corpus),
+                                                 id_column="doc_id", output=str(tmp_path / "out")))
+        assert job.wait(timeout=120).status == JobStatus.SUCCEEDED, deployment.worker_logs()
 
         other = deployment.spawn_worker(env={"BARGE_TEST_OTHER": "1"})   # a BARGE_ setting: the same server
         wait_ready(other)
