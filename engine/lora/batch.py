@@ -10,7 +10,10 @@ every LoRA linear of every layer.
 
 CPU: a step whose padding would at most double the LoRA work (decodes: a few rows per
 slot) goes through `padded`, two bmm per linear for all slots; a skewed one (a prompt chunk
-beside decodes) through `segments`, slot by slot. CUDA: the kernels take `sorted_rows`
+beside decodes) through `segments`, slot by slot. The runner lays a CPU step's decodes out
+slot by slot (LoraManager.by_slot), so when the slots have as many rows each (rows that
+started together, as a shard's do) `padded.run` is one slice of the step's rows: the bmm
+read it as a view and the expand adds into the output in place. CUDA: the kernels take `sorted_rows`
 and `slot_starts`, device tensors whose shapes depend only on the step's size.
 """
 
@@ -27,8 +30,11 @@ MAX_PADDING = 2.0               # padded rows / LoRA rows above which the CPU pa
 @dataclass
 class PaddedSlots:
     slots: slice                # the slots from the lowest to the highest in use (unused ones between: all padding)
-    rows: torch.Tensor          # long [num_slots * max_rows]: each slot's token rows, padded with row 0
+    rows: torch.Tensor | None   # long [num_slots * max_rows]: each slot's token rows, padded with row 0;
+                                # None when `run` holds them
     scales: torch.Tensor        # [num_slots, max_rows, 1]: the slot's scaling on its rows, 0 on padding
+    run: slice | None = None    # set when the slots' rows are one run, slot by slot, as many each: a
+                                # [num_slots, rows, features] view of it needs no gather and no scatter
 
 
 @dataclass
@@ -64,6 +70,14 @@ def _padded(rows_of: dict[int, list[int]], num_lora_tokens: int, slot_scalings: 
     max_rows = max(len(rows) for rows in rows_of.values())
     if (high - low) * max_rows > MAX_PADDING * num_lora_tokens:
         return None
+    first = rows_of[low][0]
+    if (high - low) * max_rows == num_lora_tokens and all(
+            rows_of.get(slot) == list(range(first + (slot - low) * max_rows, first + (slot - low + 1) * max_rows))
+            for slot in range(low, high)):
+        scales = [slot_scalings[slot] for slot in range(low, high) for _ in range(max_rows)]
+        return PaddedSlots(slice(low, high), None,
+                           torch.tensor(scales, dtype=dtype, device=device).view(high - low, max_rows, 1),
+                           run=slice(first, first + num_lora_tokens))
     rows, scales = [], []
     for slot in range(low, high):
         slot_rows = rows_of.get(slot, [])

@@ -140,6 +140,14 @@ class LoraManager:
         while len(self._host) > self.options.max_cpu_loras:
             self._host.popitem(last=False)      # requests that hold it keep it alive until they end
 
+    def by_slot(self, requests: list) -> list:
+        """requests (each with .adapter) laid out slot by slot, resident slots in order, then
+        adapters not yet in a slot, then the base's rows; stable, so an order within a slot
+        stays. A CPU step laid out so makes its LoRA rows one run (engine/lora/batch.py)."""
+        resident, last = self.slot_table.resident, self.slot_table.num_slots
+        return sorted(requests, key=lambda request: last + 1 if request.adapter is None
+                      else resident.get(request.adapter.adapter_id, last))
+
     def batch_for(self, adapters: list[LoraAdapter | None], num_tokens: list[int]) -> LoraBatch | None:
         """adapters: each scheduled request's (None: the base), in the step's token order;
         num_tokens: its tokens in the step. None when no token carries an adapter."""

@@ -101,6 +101,13 @@ class TorchLoraWeights:
         """bmm over the slots' token groups, padded to the largest (decode steps: a few rows
         each); the scaling (0 on padding rows) applied to t, the smallest tensor."""
         num_slots = padded.slots.stop - padded.slots.start
+        if padded.run is not None and y.is_contiguous():   # no gather, no scatter: views of the run
+            t = torch.bmm(x[padded.run].reshape(num_slots, -1, x.shape[1]), self.a_t[padded.slots]).mul_(padded.scales)
+            y[padded.run].view(num_slots, -1, y.shape[1]).baddbmm_(t, self.b[padded.slots])
+            return
+        if padded.rows is None:
+            padded = PaddedSlots(padded.slots, torch.arange(padded.run.start, padded.run.stop, device=x.device),
+                                 padded.scales)
         grouped = x.index_select(0, padded.rows).view(num_slots, -1, x.shape[1])
         t = torch.bmm(grouped, self.a_t[padded.slots]).mul_(padded.scales)
         delta = torch.bmm(t, self.b[padded.slots])

@@ -60,6 +60,16 @@ def test_lora_batch_groups_tokens_by_slot_and_leaves_base_tokens_out():
     assert build_lora_batch([-1, -1], SCALINGS, CPU, torch.float32, for_kernels=False) is None
 
 
+def test_slots_laid_out_one_after_another_as_many_rows_each_are_one_run():
+    """As the runner lays out a CPU step's decodes (LoraManager.by_slot): slot by slot, base rows last."""
+    batch = build_lora_batch([0, 0, 1, 1, 2, 2, -1], SCALINGS, CPU, torch.float32, for_kernels=False)
+    assert batch.padded.run == slice(0, 6) and batch.padded.rows is None
+    assert batch.padded.scales.flatten().tolist() == [0.5, 0.5, 2.0, 2.0, 1.5, 1.5]
+    for token_slots in ([0, 0, 1, 1, 1, 2, 2], [0, 0, 2, 2], [1, 1, 0, 0]):   # uneven, a slot missing, out of order
+        padded = build_lora_batch(token_slots, SCALINGS, CPU, torch.float32, for_kernels=False).padded
+        assert padded.run is None and padded.rows is not None, token_slots
+
+
 def test_a_skewed_step_goes_slot_by_slot():
     """A 10-token prompt chunk beside one decode: padding both to 10 rows would double the work."""
     batch = build_lora_batch([1] * 10 + [3], SCALINGS, CPU, torch.float32, for_kernels=False)
@@ -82,6 +92,7 @@ ADAPTERS = [random_adapter("a", 4, ["q_proj", "k_proj", "v_proj"], 1),
             random_adapter("c", 9, ["q_proj", "k_proj", "v_proj"], 3)]
 TOKEN_SLOTS = [1, 1, -1, 0, 2, 2, 2, -1] + [0] * 19 + [1]       # decodes and a prompt chunk: skewed
 BALANCED = [1, 0, -1, 2, 2, 0, 1, -1, 0, 2, 1, 1]                                  # decodes of three adapters
+IN_A_RUN = [-1, 0, 0, 0, 1, 1, 1, 2, 2, 2, -1]                  # the same, laid out slot by slot: views, in place
 
 
 def reference_delta(x: torch.Tensor, token_slots: list[int]) -> torch.Tensor:
@@ -110,13 +121,14 @@ def torch_weights(adapters=ADAPTERS):
                   adapters)
 
 
-@pytest.mark.parametrize("token_slots, is_padded", [(TOKEN_SLOTS, False), (BALANCED, True)])
+@pytest.mark.parametrize("token_slots, is_padded", [(TOKEN_SLOTS, False), (BALANCED, True), (IN_A_RUN, True)])
 def test_cpu_path_adds_each_tokens_adapter_delta_and_nothing_to_base_tokens(token_slots, is_padded):
     x = torch.randn(len(token_slots), HIDDEN, generator=torch.Generator().manual_seed(0))
     base = torch.randn(len(token_slots), QKV[-1].col_end, generator=torch.Generator().manual_seed(1))
     y = base.clone()
     batch = build_lora_batch(token_slots, [a.config.scaling for a in ADAPTERS] + [0.0], CPU, torch.float32, False)
     assert (batch.padded is not None) is is_padded
+    assert (is_padded and batch.padded.run is not None) is (token_slots is IN_A_RUN)
     torch_weights().add_to(y, x, batch)
     torch.testing.assert_close((y - base).double(), reference_delta(x, token_slots), atol=2e-4, rtol=1e-5)
     base_rows = [row for row, slot in enumerate(token_slots) if slot < 0]
