@@ -62,3 +62,16 @@ def test_another_environment_gets_a_server_of_its_own_and_a_failed_command_its_e
     assert "invalid choice" in (tmp_path / "cli.log").read_text()
     assert forkserver._signature(env) in set(forkserver._servers) - before
     assert sys.executable in process.args
+
+
+def test_a_server_that_will_not_start_leaves_workers_to_start_cold(tmp_path, monkeypatch, capsys):
+    def refuse(env):
+        raise RuntimeError("fork server did not start: a preloaded library started a thread")
+    monkeypatch.setattr(forkserver, "_Server", refuse)
+    monkeypatch.setattr(forkserver, "_servers", forkserver.OrderedDict())
+    monkeypatch.setattr(forkserver, "_failed_to_start", [])
+    process = forkserver.spawn_cli(["--help"], env=dict(os.environ), log_path=tmp_path / "help.log")
+    assert not isinstance(process, forkserver.ForkedProcess)
+    assert process.wait(timeout=60) == 0 and "usage" in (tmp_path / "help.log").read_text()
+    assert "starting workers cold" in capsys.readouterr().err
+    assert forkserver._failed_to_start     # and the next start does not try again

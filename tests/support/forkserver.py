@@ -99,6 +99,8 @@ class _Server:
                                         cwd=repo, env=env, stdout=subprocess.PIPE,
                                         stderr=open(self.folder / "server.log", "wb"))
         if self.process.stdout.readline() != _READY:
+            self.process.kill()
+            self.process.wait()
             raise RuntimeError(f"fork server did not start: {(self.folder / 'server.log').read_text()[-2000:]}")
         self.lock = threading.Lock()
         self.children: list[ForkedProcess] = []
@@ -135,6 +137,7 @@ class _Server:
 MAX_SERVERS = 3
 _servers: OrderedDict[frozenset, _Server] = OrderedDict()
 _servers_lock = threading.Lock()
+_failed_to_start: list[str] = []    # a server that would not start: cold starts from then on
 
 
 def _signature(env: dict[str, str]) -> frozenset:
@@ -145,6 +148,8 @@ def _signature(env: dict[str, str]) -> frozenset:
 def _server_for(env: dict[str, str]) -> _Server | None:
     key = _signature(env)
     with _servers_lock:
+        if _failed_to_start:
+            return None
         server = _servers.get(key)
         if server is not None:
             _servers.move_to_end(key)
@@ -157,7 +162,13 @@ def _server_for(env: dict[str, str]) -> _Server | None:
         if not _servers:
             import atexit
             atexit.register(lambda: [each.close() for each in list(_servers.values())])
-        server = _servers[key] = _Server(env)
+        try:
+            server = _Server(env)
+        except (RuntimeError, OSError) as error:   # an optimisation only: start cold, and say why
+            print(f"fork server: {error}; starting workers cold", file=sys.stderr)
+            _failed_to_start.append(str(error))
+            return None
+        _servers[key] = server
         return server
 
 
