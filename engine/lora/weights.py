@@ -105,13 +105,12 @@ class TorchLoraWeights:
             t = torch.bmm(x[padded.run].reshape(num_slots, -1, x.shape[1]), self.a_t[padded.slots]).mul_(padded.scales)
             y[padded.run].view(num_slots, -1, y.shape[1]).baddbmm_(t, self.b[padded.slots])
             return
-        if padded.rows is None:
-            padded = PaddedSlots(padded.slots, torch.arange(padded.run.start, padded.run.stop, device=x.device),
-                                 padded.scales)
-        grouped = x.index_select(0, padded.rows).view(num_slots, -1, x.shape[1])
+        rows = padded.rows if padded.rows is not None else torch.arange(padded.run.start, padded.run.stop,
+                                                                         device=x.device)
+        grouped = x.index_select(0, rows).view(num_slots, -1, x.shape[1])
         t = torch.bmm(grouped, self.a_t[padded.slots]).mul_(padded.scales)
         delta = torch.bmm(t, self.b[padded.slots])
-        y.index_add_(0, padded.rows, delta.view(-1, y.shape[1]))
+        y.index_add_(0, rows, delta.view(-1, y.shape[1]))
 
 
 class KernelLoraWeights:

@@ -25,6 +25,7 @@ service-free tests, 13 worker starts, took 146.8 s of the machine's CPU started 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import selectors
@@ -140,6 +141,12 @@ _servers_lock = threading.Lock()
 _failed_to_start: list[str] = []    # a server that would not start: cold starts from then on
 
 
+@atexit.register
+def _close_servers() -> None:
+    for server in list(_servers.values()):
+        server.close()
+
+
 def _signature(env: dict[str, str]) -> frozenset:
     return frozenset((key, value) for key, value in env.items()
                      if not key.startswith("BARGE_") and key != "PYTEST_CURRENT_TEST")
@@ -159,9 +166,6 @@ def _server_for(env: dict[str, str]) -> _Server | None:
             _servers.pop(idle.pop(0)).close()
         if len(_servers) >= MAX_SERVERS:
             return None
-        if not _servers:
-            import atexit
-            atexit.register(lambda: [each.close() for each in list(_servers.values())])
         try:
             server = _Server(env)
         except (RuntimeError, OSError) as error:   # an optimisation only: start cold, and say why
@@ -200,7 +204,7 @@ def _serve(socket_path: str) -> None:
     listener.listen(16)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, None)
-    parent, pidfds = os.getppid(), set()
+    parent = os.getppid()
     sys.stdout.buffer.write(_READY)
     sys.stdout.flush()
     while os.getppid() == parent:
@@ -210,21 +214,19 @@ def _serve(socket_path: str) -> None:
                 with conn:
                     request = json.loads(conn.makefile("rb").readline())
                     pid = os.fork()
-                    if pid == 0:
+                    if pid == 0:     # the child keeps none of the server's descriptors
+                        for registered in list(selector.get_map().values()):
+                            if registered.data is not None:     # the other children's pidfds
+                                os.close(registered.fd)
                         selector.close()
                         listener.close()
                         conn.close()
-                        for fd in pidfds:
-                            os.close(fd)
                         _run_child(request)   # never returns
                     conn.sendall(f"{pid}\n".encode())
-                pidfd = os.pidfd_open(pid)
-                pidfds.add(pidfd)
-                selector.register(pidfd, selectors.EVENT_READ, (pid, request["status_path"]))
+                selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (pid, request["status_path"]))
             else:   # a child exited
                 pid, status_path = key.data
                 selector.unregister(key.fd)
-                pidfds.discard(key.fd)
                 os.close(key.fd)
                 _, status = os.waitpid(pid, 0)
                 partial = status_path + ".partial"
@@ -269,7 +271,6 @@ def _run_child(request: dict) -> None:
             traceback.print_exc()
             code = 1
         threading._shutdown()   # as the interpreter does at exit: join the non-daemon threads
-        import atexit
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
