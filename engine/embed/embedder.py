@@ -42,7 +42,7 @@ from engine.embed.config import EncoderConfig, load_encoder_config
 from engine.embed.outputs import EmbeddingOutput
 from engine.embed.params import EmbedParams
 from engine.embed.tokenizer import Tokenizer, tokenize_ahead
-from engine.layers.pooling import finish, pool, pool_after_prefix
+from engine.layers.pooling import finish, first_rows, pool, pool_after_prefix
 from engine.layers.fp8_linear import use_fp8_linears
 from engine.layers import linear
 from engine.layers.packed_linear import HAS_BF16_PACKING, pack_linears
@@ -304,11 +304,12 @@ class Embedder:
                                                   max_num_seqs=None, max_num_tokens=self.max_batch_tokens,
                                                   num_prefix_cache_hit_tokens=num_shared_tokens))
         self.oom_guard.check(batch.num_tokens)
-        hidden = self.model(batch)
-        if prefix is None:
-            pooled = pool(hidden, batch.seq_lens, self.config.pooling)
+        if prefix is not None:
+            pooled = pool_after_prefix(self.model(batch), batch.seq_lens, self.config.pooling, prefix.hidden)
+        elif self.config.pooling == "cls" and getattr(self.model, "runs_rows", False):
+            pooled = self.model(batch, rows=first_rows(batch.seq_lens)).float()   # the last layer for [CLS] alone
         else:
-            pooled = pool_after_prefix(hidden, batch.seq_lens, self.config.pooling, prefix.hidden)
+            pooled = pool(self.model(batch), batch.seq_lens, self.config.pooling)
         pooled = finish(pooled, params.dimensions, params.normalize)
         if not on_gpu:
             return InFlight(rows, pooled.cpu(), None)

@@ -103,6 +103,28 @@ def varlen_attention(qkv: torch.Tensor, groups: tuple[AttentionGroup, ...], num_
     return out
 
 
+def attend_one_row_per_text(qkv: torch.Tensor, groups: tuple[AttentionGroup, ...], num_heads: int,
+                            rows: torch.Tensor) -> torch.Tensor:
+    """varlen_attention's output [num_seqs, hidden] for one query token per text: rows
+    [num_seqs] their flat indices, text by text, each attending over every token of its
+    own text (bidirectional). SDPA per group with a one-row query, on every device: it is
+    the last layer of a head that pools one token, a sliver of the forward."""
+    num_tokens, width = qkv.shape
+    hidden = width // 3
+    head_dim = hidden // num_heads
+    queries = qkv[rows, :hidden].view(-1, num_heads, 1, head_dim)     # [num_seqs, heads, 1, head_dim]
+    out = qkv.new_empty(len(rows), num_heads, head_dim)
+    first_text = 0
+    for group in groups:
+        texts = slice(first_text, first_text + group.num_seqs)
+        # [num_seqs, seq_len, 3, heads, head_dim] -> k, v [num_seqs, heads, seq_len, head_dim], views
+        _, k, v = qkv[group.start:group.start + group.num_tokens].view(
+            group.num_seqs, group.seq_len, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4)
+        out[texts] = F.scaled_dot_product_attention(queries[texts], k, v).squeeze(2)
+        first_text += group.num_seqs
+    return out.view(len(rows), hidden)
+
+
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: tuple[AttentionGroup, ...],
                      window: SlidingWindow | None = None, is_causal: bool = False,
                      cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:

@@ -7,6 +7,11 @@ import torch
 import torch.nn.functional as F
 
 
+def first_rows(seq_lens: torch.Tensor) -> torch.Tensor:
+    """[num_seqs] the flat index of each packed text's first token (its [CLS])."""
+    return torch.cumsum(seq_lens, 0) - seq_lens
+
+
 def pool(hidden: torch.Tensor, seq_lens: torch.Tensor, mode: str) -> torch.Tensor:
     """hidden: [num_tokens, dim], texts end to end; seq_lens: [num_seqs], each ≥ 1.
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from engine.embed.batching import PackedBatch
-from engine.layers.attention import varlen_attention
+from engine.layers.attention import attend_one_row_per_text, varlen_attention
 from engine.layers.linear import ACTIVATIONS, GELU_APPROXIMATE, linear_act, linear_residual, linear_unbiased
 
 # model_type -> whether position ids are offset: RoBERTa-style models number positions
@@ -154,6 +154,13 @@ class SelfAttention(nn.Module):
         """hidden: [num_tokens, hidden] -> the heads' outputs [num_tokens, hidden], before `out`."""
         return varlen_attention(self.qkv(hidden), batch.groups, self.num_heads, batch.cu_seqlens)
 
+    def attend_rows(self, hidden: torch.Tensor, batch: PackedBatch, rows: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs [num_seqs, hidden] of one token per text (rows: their flat
+        indices, text by text), each attending over its whole text. Q, K and V come from the
+        one fused linear over every token (a packed or FP8 weight cannot be sliced); only
+        the attention is cut to the rows."""
+        return attend_one_row_per_text(self.qkv(hidden), batch.groups, self.num_heads, rows)
+
 
 class BertLayer(nn.Module):
     """Post-norm transformer block: x = norm(x + attn(x)); x = norm(x + ffn(x))."""
@@ -171,6 +178,15 @@ class BertLayer(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         hidden = self.attention_norm(self.attention(hidden, batch))
+        inner = linear_act(hidden, self.ffn_in, self.act)
+        return self.ffn_norm(linear_residual(inner, self.ffn_out, hidden))
+
+    def forward_rows(self, hidden: torch.Tensor, batch: PackedBatch, rows: torch.Tensor) -> torch.Tensor:
+        """As forward, for the tokens `rows` alone (one per text): [num_seqs, hidden]. Past
+        the attention a token's states depend on no other token, so a head that pools one
+        token per text needs the last layer's output projection, norms and FFN only there."""
+        attended = self.attention.attend_rows(hidden, batch, rows)
+        hidden = self.attention_norm(linear_residual(attended, self.attention.out, hidden[rows]))
         inner = linear_act(hidden, self.ffn_in, self.act)
         return self.ffn_norm(linear_residual(inner, self.ffn_out, hidden))
 
@@ -192,26 +208,27 @@ class BertLayer(nn.Module):
 
 
 class BertModel(nn.Module):
+    runs_rows = True    # forward takes rows=: a head pooling one token per text runs the last layer for it alone
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
         self.fused_ops: bool | None = None      # the Triton path; None: on CUDA only
 
-    def forward(self, batch: PackedBatch, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, batch: PackedBatch, token_type_ids: torch.Tensor | None = None,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
         """A packed batch (on this model's device) -> last hidden states [num_tokens, hidden].
-        token_type_ids [num_tokens]: each token's segment (a pair's); None: all segment 0."""
-        if self.fused_ops or (self.fused_ops is None and batch.input_ids.is_cuda):
-            return self._forward_fused(batch, token_type_ids)
-        hidden = self.embeddings(batch.input_ids, batch.positions, token_type_ids)
-        for layer in self.layers:
-            hidden = layer(hidden, batch)
-        return hidden
-
-    def _forward_fused(self, batch: PackedBatch, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        # The fused embedding kernel adds segment 0's row to every token: pairs take the PyTorch ops.
-        hidden = (self.embeddings.fused(batch.input_ids, batch.positions) if token_type_ids is None
-                  else self.embeddings(batch.input_ids, batch.positions, token_type_ids))
-        for layer in self.layers:
-            hidden = layer.forward_fused(hidden, batch)
-        return hidden
+        token_type_ids [num_tokens]: each token's segment (a pair's); None: all segment 0.
+        rows [num_seqs]: one token per text, text by text (the one a classifier's head
+        pools): the last layer runs for them alone and the result is [num_seqs, hidden]."""
+        fused = self.fused_ops or (self.fused_ops is None and batch.input_ids.is_cuda)
+        if fused:   # the fused embedding kernel adds segment 0's row to every token: pairs take the PyTorch ops
+            hidden = (self.embeddings.fused(batch.input_ids, batch.positions) if token_type_ids is None
+                      else self.embeddings(batch.input_ids, batch.positions, token_type_ids))
+        else:
+            hidden = self.embeddings(batch.input_ids, batch.positions, token_type_ids)
+        layers = self.layers if rows is None else self.layers[:-1]
+        for layer in layers:
+            hidden = layer.forward_fused(hidden, batch) if fused else layer(hidden, batch)
+        return hidden if rows is None else self.layers[-1].forward_rows(hidden, batch, rows)

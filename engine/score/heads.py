@@ -20,7 +20,7 @@ from torch import nn
 
 from engine.embed.batching import PackedBatch
 from engine.layers.linear import ACTIVATIONS
-from engine.layers.pooling import pool
+from engine.layers.pooling import first_rows, pool
 from engine.models.bert import BertConfig, BertModel
 from engine.models.llama import LlamaForEmbedding
 from engine.models.modernbert import ModernBertConfig, ModernBertModel
@@ -42,11 +42,6 @@ def head_name_to_ours(family: str, name: str) -> str | None:
         if name.startswith(prefix):
             return ours + name.removeprefix(prefix)
     return None
-
-
-def first_rows(seq_lens: torch.Tensor) -> torch.Tensor:
-    """[num_seqs] the flat index of each text's first token."""
-    return torch.cumsum(seq_lens, 0) - seq_lens
 
 
 def last_kept_rows(input_ids: torch.Tensor, seq_lens: torch.Tensor, pad_token_id: int | None) -> torch.Tensor:
@@ -74,8 +69,8 @@ class BertClassifier(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, head.num_labels)
 
     def forward(self, batch: PackedBatch, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        hidden = self.encoder(batch, token_type_ids)
-        return self.classifier(torch.tanh(self.pooler(hidden[first_rows(batch.seq_lens)]))).float()
+        first = self.encoder(batch, token_type_ids, rows=first_rows(batch.seq_lens))   # [num_seqs, hidden]
+        return self.classifier(torch.tanh(self.pooler(first))).float()
 
 
 class ModernBertHead(nn.Module):

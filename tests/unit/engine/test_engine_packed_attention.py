@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from engine.embed.batching import attention_groups
 from engine.layers import attention
 from engine.kernels import cpu_ops
-from engine.layers.attention import band_masks, packed_attention, sliding_window, varlen_attention
+from engine.layers.attention import (attend_one_row_per_text, band_masks, packed_attention, sliding_window,
+                                    varlen_attention)
 
 HEAD_DIM = 8
 
@@ -142,6 +143,22 @@ def test_bert_fused_qkv_on_cpu(cpu_path):
     ours = varlen_attention(qkv, attention_groups(seq_lens), num_heads)
     q, k, v = (x.contiguous() for x in qkv.view(-1, 3, num_heads, HEAD_DIM).unbind(1))
     assert torch.allclose(ours, one_text_at_a_time(q, k, v, seq_lens).flatten(1), atol=1e-5)
+
+
+@pytest.mark.parametrize("pick", ["first", "last", "middle"])
+def test_one_row_per_text_is_that_rows_output_of_the_whole_attention(pick):
+    """A head that pools one token per text (a cross-encoder's [CLS]) attends only from it."""
+    seq_lens, num_heads = [1, 2, 5, 5, 11, 11, 11], 2
+    torch.manual_seed(3)
+    qkv = torch.randn(sum(seq_lens), 3 * num_heads * HEAD_DIM)
+    starts = torch.cumsum(torch.tensor([0] + seq_lens[:-1]), 0)
+    offsets = {"first": [0] * len(seq_lens), "last": [n - 1 for n in seq_lens], "middle": [n // 2 for n in seq_lens]}
+    rows = starts + torch.tensor(offsets[pick])
+    q, k, v = (x.contiguous() for x in qkv.view(-1, 3, num_heads, HEAD_DIM).unbind(1))
+    expected = one_text_at_a_time(q, k, v, seq_lens).flatten(1)[rows]
+    ours = attend_one_row_per_text(qkv, attention_groups(seq_lens), num_heads, rows)
+    assert ours.shape == (len(seq_lens), num_heads * HEAD_DIM)
+    assert torch.allclose(ours, expected, atol=1e-5)
 
 
 def avx2_build():
