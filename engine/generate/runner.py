@@ -90,9 +90,10 @@ class ModelRunner:
         # Decodes first, longest context first, so that groups of similar length are adjacent.
         decodes = sorted((r for r in output.requests if counts[r.request_id] == 1),
                          key=lambda r: r.num_computed_tokens, reverse=True)
-        if self.lora is not None and self.use_cpu_kernel:   # one decode group whatever the order:
-            decodes = self.lora.by_slot(decodes)            # the LoRA rows as one run (engine/lora/batch.py)
         prefills = [r for r in output.requests if counts[r.request_id] > 1]
+        if self.lora is not None and self.use_cpu_kernel:   # one decode group whatever the order:
+            decodes = self.lora.by_slot(decodes)            # the LoRA rows as one run (engine/lora/batch.py),
+            prefills = self.lora.by_slot(prefills)          # a prompt step's as a run per slot
         input_ids, positions, slots = [], [], []
         sample_requests, sample_rows, prompt_rows, chunks = [], [], {}, []
         for request in decodes + prefills:

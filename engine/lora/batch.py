@@ -8,12 +8,14 @@ every LoRA linear of every layer.
     sorted_rows:   [3 4 5 6 7 0 1]     the rows by slot (the kernels' gather list)
     slot_starts:   [0, 3, 5, 7]        slot s's rows are sorted_rows[slot_starts[s]:slot_starts[s + 1]]
 
-CPU: a step whose padding would at most double the LoRA work (decodes: a few rows per
-slot) goes through `padded`, two bmm per linear for all slots; a skewed one (a prompt chunk
-beside decodes) through `segments`, slot by slot. The runner lays a CPU step's decodes out
-slot by slot (LoraManager.by_slot), so when the slots have as many rows each (rows that
-started together, as a shard's do) `padded.run` is one slice of the step's rows: the bmm
-read it as a view and the expand adds into the output in place. CUDA: the kernels take `sorted_rows`
+CPU: the runner lays a step's decodes, then its prompt chunks, out slot by slot
+(LoraManager.by_slot). A step whose runs of one slot are long (prompt chunks: tens to
+hundreds of rows each) goes run by run through `segments`, two matmuls per run on views of
+its rows, adding in place. Otherwise a step whose padding would at most double the LoRA
+work (decodes: a few rows per slot) goes through `padded`, two bmm per linear for all
+slots; when the slots have as many rows each (rows that started together, as a shard's do)
+`padded.run` is one slice of the step's rows: the bmm read it as a view and the expand adds
+into the output in place. A skewed step (a prompt chunk beside decodes) goes slot by slot. CUDA: the kernels take `sorted_rows`
 and `slot_starts`, device tensors whose shapes depend only on the step's size.
 """
 
@@ -25,6 +27,8 @@ import torch
 
 Rows = slice | torch.Tensor     # a slot's token rows: a run, or a long index tensor
 MAX_PADDING = 2.0               # padded rows / LoRA rows above which the CPU path goes slot by slot
+MIN_RUN_ROWS = 64               # LoRA rows per run (on average) from which a step goes run by run on
+                                # views of its rows rather than gathered slot by slot
 
 
 @dataclass
@@ -39,7 +43,8 @@ class PaddedSlots:
 
 @dataclass
 class LoraBatch:
-    segments: list[tuple[int, Rows]]    # (slot, its token rows), slots ascending, no base rows; CPU path only
+    segments: list[tuple[int, Rows]]    # (slot, token rows of it), no base rows; CPU path only: each slot's rows
+                                        # (slots ascending), or each run of one slot's rows (long runs)
     num_lora_tokens: int                # tokens that carry an adapter
     padded: PaddedSlots | None = None   # CPU: set when the step's slots are balanced enough to batch
     sorted_rows: torch.Tensor | None = None     # int32 [num_lora_tokens], on the device: the kernel path only
@@ -60,6 +65,9 @@ def build_lora_batch(token_slots: list[int], slot_scalings: list[float], device:
     num_lora_tokens = sum(len(rows) for rows in rows_of.values())
     if for_kernels:
         return _kernel_batch(rows_of, num_lora_tokens, len(slot_scalings), device)
+    runs = _runs(token_slots)
+    if num_lora_tokens >= MIN_RUN_ROWS * len(runs):     # long runs (prompt chunks laid out by slot): views,
+        return LoraBatch(runs, num_lora_tokens)         # no gather and no scatter, a slot perhaps twice
     segments = [(slot, _as_rows(rows_of[slot], device)) for slot in sorted(rows_of)]
     return LoraBatch(segments, num_lora_tokens, _padded(rows_of, num_lora_tokens, slot_scalings, device, dtype))
 
@@ -98,6 +106,17 @@ def _kernel_batch(rows_of: dict[int, list[int]], num_lora_tokens: int, num_slots
         host = host.pin_memory()
     on_device = host.to(device, non_blocking=True)
     return LoraBatch([], num_lora_tokens, None, on_device[:num_lora_tokens], on_device[num_lora_tokens:])
+
+
+def _runs(token_slots: list[int]) -> list[tuple[int, slice]]:
+    """(slot, its rows) for each maximal run of tokens of one slot, base runs left out."""
+    runs, start = [], 0
+    for row in range(1, len(token_slots) + 1):
+        if row == len(token_slots) or token_slots[row] != token_slots[start]:
+            if token_slots[start] >= 0:
+                runs.append((token_slots[start], slice(start, row)))
+            start = row
+    return runs
 
 
 def _as_rows(rows: list[int], device: torch.device) -> Rows:

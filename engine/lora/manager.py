@@ -142,11 +142,15 @@ class LoraManager:
 
     def by_slot(self, requests: list) -> list:
         """requests (each with .adapter) laid out slot by slot, resident slots in order, then
-        adapters not yet in a slot, then the base's rows; stable, so an order within a slot
-        stays. A CPU step laid out so makes its LoRA rows one run (engine/lora/batch.py)."""
+        adapters not yet in a slot (each together), then the base's rows; stable, so an order
+        within a slot stays. A CPU step laid out so makes its LoRA rows runs (engine/lora/batch.py)."""
         resident, last = self.slot_table.resident, self.slot_table.num_slots
-        return sorted(requests, key=lambda request: last + 1 if request.adapter is None
-                      else resident.get(request.adapter.adapter_id, last))
+
+        def key(request) -> tuple[int, str]:
+            if request.adapter is None:
+                return last + 1, ""
+            return resident.get(request.adapter.adapter_id, last), request.adapter.adapter_id
+        return sorted(requests, key=key)
 
     def batch_for(self, adapters: list[LoraAdapter | None], num_tokens: list[int]) -> LoraBatch | None:
         """adapters: each scheduled request's (None: the base), in the step's token order;

@@ -93,9 +93,19 @@ class TorchLoraWeights:
                 continue
             t = x[rows] @ self.a_t[slot]
             if isinstance(rows, slice):     # y + (t B^T) * scaling: sgemm's alpha, beta = 1
-                y[rows].addmm_(t, self.b[slot], alpha=self.scaling[slot])
+                self._expand_blocks(y[rows], t, slot)
             else:
                 y.index_add_(0, rows, t @ self.b[slot], alpha=self.scaling[slot])
+
+    def _expand_blocks(self, out: torch.Tensor, t: torch.Tensor, slot: int) -> None:
+        """out += t B^T * scaling, sub-projection by sub-projection: only B's diagonal blocks,
+        each into its own columns. For a run of a prompt chunk (hundreds of rows) the
+        block-diagonal's zeros cost more than the extra calls: 1.73 against 2.54 ms for q|k|v
+        and 2.93 against 4.19 ms for gate|up, 8 runs of 250 rows (1 thread, AMX Xeon)."""
+        for index, projection in enumerate(self.projections):
+            ranks = slice(index * self.rank, (index + 1) * self.rank)
+            columns = slice(projection.col_start, projection.col_end)
+            out[:, columns].addmm_(t[:, ranks], self.b[slot, ranks, columns], alpha=self.scaling[slot])
 
     def _add_batched(self, y: torch.Tensor, x: torch.Tensor, padded: PaddedSlots) -> None:
         """bmm over the slots' token groups, padded to the largest (decode steps: a few rows

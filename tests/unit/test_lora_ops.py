@@ -70,6 +70,29 @@ def test_slots_laid_out_one_after_another_as_many_rows_each_are_one_run():
         assert padded.run is None and padded.rows is not None, token_slots
 
 
+def test_long_runs_go_run_by_run_on_views_a_slot_perhaps_twice():
+    """A prompt step laid out slot by slot behind its decodes (LoraManager.by_slot): each
+    slot's decode rows, then its prompt chunk, each a run of the step's rows."""
+    token_slots = [0, 0, 1, -1] + [0] * 150 + [1] * 140 + [-1] * 5 + [2] * 80     # 373 rows, 5 runs: >= 64 a run
+    batch = build_lora_batch(token_slots, SCALINGS, CPU, torch.float32, for_kernels=False)
+    assert batch.padded is None and batch.num_lora_tokens == 373
+    assert batch.segments == [(0, slice(0, 2)), (1, slice(2, 3)), (0, slice(4, 154)), (1, slice(154, 294)),
+                              (2, slice(299, 379))]
+    decodes = build_lora_batch([0, 0, 1, 1] * 40, SCALINGS, CPU, torch.float32, for_kernels=False)
+    assert decodes.padded is not None        # short runs: gathered into the slots' bmm
+
+
+def test_a_step_is_laid_out_by_slot_and_adapters_not_yet_in_a_slot_each_together():
+    from types import SimpleNamespace
+    from engine.lora.manager import LoraManager
+    table = SlotTable(4)
+    table.assign(["b", "a"])                            # b in slot 0, a in slot 1
+    names = ["c", None, "a", "d", "b", "c", "a", None, "d", "b"]
+    requests = [SimpleNamespace(name=name, adapter=name and SimpleNamespace(adapter_id=name)) for name in names]
+    laid_out = LoraManager.by_slot(SimpleNamespace(slot_table=table), requests)
+    assert [request.name for request in laid_out] == ["b", "b", "a", "a", "c", "c", "d", "d", None, None]
+
+
 def test_a_skewed_step_goes_slot_by_slot():
     """A 10-token prompt chunk beside one decode: padding both to 10 rows would double the work."""
     batch = build_lora_batch([1] * 10 + [3], SCALINGS, CPU, torch.float32, for_kernels=False)
@@ -93,6 +116,7 @@ ADAPTERS = [random_adapter("a", 4, ["q_proj", "k_proj", "v_proj"], 1),
 TOKEN_SLOTS = [1, 1, -1, 0, 2, 2, 2, -1] + [0] * 19 + [1]       # decodes and a prompt chunk: skewed
 BALANCED = [1, 0, -1, 2, 2, 0, 1, -1, 0, 2, 1, 1]                                  # decodes of three adapters
 IN_A_RUN = [-1, 0, 0, 0, 1, 1, 1, 2, 2, 2, -1]                  # the same, laid out slot by slot: views, in place
+LONG_RUNS = [1] * 90 + [0] * 3 + [-1] * 2 + [0] * 90 + [2] * 80    # prompt chunks by slot: run by run, views
 
 
 def reference_delta(x: torch.Tensor, token_slots: list[int]) -> torch.Tensor:
@@ -121,7 +145,8 @@ def torch_weights(adapters=ADAPTERS):
                   adapters)
 
 
-@pytest.mark.parametrize("token_slots, is_padded", [(TOKEN_SLOTS, False), (BALANCED, True), (IN_A_RUN, True)])
+@pytest.mark.parametrize("token_slots, is_padded", [(TOKEN_SLOTS, False), (BALANCED, True), (IN_A_RUN, True),
+                                                     (LONG_RUNS, False)])
 def test_cpu_path_adds_each_tokens_adapter_delta_and_nothing_to_base_tokens(token_slots, is_padded):
     x = torch.randn(len(token_slots), HIDDEN, generator=torch.Generator().manual_seed(0))
     base = torch.randn(len(token_slots), QKV[-1].col_end, generator=torch.Generator().manual_seed(1))
