@@ -1,16 +1,19 @@
-"""LoRA adapters named by OpenAI batch lines: a generate line's `model` is `BASE` or
-`BASE:ADAPTER`.
+"""LoRA adapters named by OpenAI batch lines: a generate line's `model` is `BASE`,
+`BASE:ADAPTER`, or an adapter's name alone, as vLLM's requests name a LoRA module.
 
     "smollm2"            the base model
     "smollm2:support"    the base model with the adapter registered as `support`
+    "support"            the same, its base the one its registration names, else the one
+                         generate model this server serves
 
 As vLLM serves `--lora-modules NAME=PATH` and a request names the adapter by NAME, the
 adapters a line may name are the deployment's, registered by name in BARGE_LORA_MODULES
 ("name=location,name=location"; a location is a PEFT adapter folder or fsspec URL, as
-JobSpec.adapter takes) on the host that checks the batch (`barge serve`, or `barge submit`
-of a local .jsonl). A line names an adapter, never a location: a client of `barge serve`
-cannot make the server or its workers read a path of its choosing, as it cannot name a
-model path.
+JobSpec.adapter takes; "BASE:name=location" also names the base a line naming the adapter
+alone runs on, as vLLM's `base_model_name`) on the host that checks the batch (`barge
+serve`, or `barge submit` of a local .jsonl). A line names an adapter, never a location: a
+client of `barge serve` cannot make the server or its workers read a path of its choosing,
+as it cannot name a model path. A served model's name wins over an adapter's.
 
 A batch runs on one base model; its lines' adapters become the job's adapter column
 (jobs.row_params: each row's location, null for the base), so lines of many adapters and of
@@ -59,15 +62,27 @@ class AdapterRefused(ValueError):
 
 def lora_modules(env: dict[str, str] | None = None) -> dict[str, str]:
     """BARGE_LORA_MODULES: adapter name -> location. ValueError naming a malformed entry."""
+    return {name: location for _, name, location in _lora_entries(env)}
+
+
+def lora_module_bases(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Adapter name -> the base model its BARGE_LORA_MODULES entry names (BASE:name=location)."""
+    return {name: base for base, name, _ in _lora_entries(env) if base is not None}
+
+
+def _lora_entries(env: dict[str, str] | None) -> list[tuple[str | None, str, str]]:
+    """(base or None, name, location) per BARGE_LORA_MODULES entry."""
     env = os.environ if env is None else env
-    modules = {}
+    entries = []
     for item in filter(None, (part.strip() for part in env.get(ENV_NAME, "").split(","))):
-        name, sep, location = (part.strip() for part in item.partition("="))
-        if not sep or not name or not location or SEPARATOR in name:
-            raise ValueError(f"{ENV_NAME}: entry {item!r} is not name=location (a name without {SEPARATOR!r})")
+        named, sep, location = (part.strip() for part in item.partition("="))
+        base, colon, name = named.rpartition(SEPARATOR)
+        if not sep or not name or not location or (colon and not base):
+            raise ValueError(f"{ENV_NAME}: entry {item!r} is not name=location or BASE{SEPARATOR}name=location")
         # a path travels to the workers in each row: absolute, as this host reads it
-        modules[name] = location if "://" in location else os.path.abspath(os.path.expanduser(location))
-    return modules
+        location = location if "://" in location else os.path.abspath(os.path.expanduser(location))
+        entries.append((base or None, name, location))
+    return entries
 
 
 def split_model(model: str, known_models: dict) -> LineModel:
@@ -85,14 +100,33 @@ class BatchAdapters:
     """The adapters one batch's lines may name, each checked against a base once, the first
     time a line names the pair (later lines naming it get the same answer)."""
 
-    def __init__(self, locations: dict[str, str], check: AdapterCheck):
+    def __init__(self, locations: dict[str, str], check: AdapterCheck, bases: dict[str, str] | None = None):
         self.locations = locations   # adapter name -> folder or URL (BARGE_LORA_MODULES)
         self.check = check
+        self.bases = bases or {}     # adapter name -> the base its entry names (BASE:name=location)
         self.problems: dict[tuple[str, str], str | None] = {}   # (base, adapter name) -> check's answer
 
     @classmethod
     def none(cls) -> BatchAdapters:
         return cls({}, lambda base, name, location: None)
+
+    def base_of(self, name: str, known_models: dict) -> str:
+        """The base model a line naming the registered adapter `name` alone runs on: the one
+        its entry names, else the one generate model served; AdapterRefused when neither does."""
+        base = self.bases.get(name)
+        if base is not None:
+            if base not in known_models:
+                raise AdapterRefused("model_not_found", f"the adapter {shown(name)} is registered on model {base!r}, "
+                                                        f"which this server does not serve")
+            return base
+        generate = sorted(model for model, modes in known_models.items()
+                          if "generate" in ((modes,) if isinstance(modes, str) else modes))
+        if len(generate) == 1:
+            return generate[0]
+        raise AdapterRefused("model_not_found", f"the adapter {shown(name)} alone names no base model: this server "
+                                                f"serves {len(generate)} generate models ({', '.join(generate)}); "
+                                                f"name it as BASE:{name}, or register it as BASE:{name}=LOCATION "
+                                                f"in {ENV_NAME}")
 
     def location(self, line_model: LineModel) -> str:
         """Where the line's adapter is; AdapterRefused when none is registered by that name or
@@ -111,13 +145,15 @@ class BatchAdapters:
         return location
 
 
-def served_adapters(settings: Settings, env: dict[str, str] | None = None,
-                    locations: dict[str, str] | None = None) -> BatchAdapters:
-    """The adapters registered on this host (`locations`, by default BARGE_LORA_MODULES), for
-    one batch: each checked as a job's adapter is at submit, under `settings`."""
+def served_adapters(settings: Settings, env: dict[str, str] | None = None, locations: dict[str, str] | None = None,
+                    bases: dict[str, str] | None = None) -> BatchAdapters:
+    """The adapters registered on this host (`locations` and `bases`, by default read from
+    BARGE_LORA_MODULES), for one batch: each checked as a job's adapter is at submit, under
+    `settings`."""
     def check(base: str, name: str, location: str) -> str | None:
         return adapter_problem(base, name, location, settings, env)
-    return BatchAdapters(lora_modules(env) if locations is None else locations, check)
+    return BatchAdapters(lora_modules(env) if locations is None else locations, check,
+                         lora_module_bases(env) if bases is None else bases)
 
 
 def adapter_problem(base: str, name: str, location: str, settings: Settings,

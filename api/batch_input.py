@@ -11,7 +11,7 @@ document) pairs (api.score_input), one row each, run as a job in mode "score".
 
 NOTE: a Barge job has one model, so every line of a batch must ask for the same one
 (as OpenAI requires), or for a LoRA adapter on it: a generate line's `model` may be
-`BASE:ADAPTER`, an adapter the server registered (api.batch_adapters), and the job's
+`BASE:ADAPTER` or `ADAPTER`, an adapter the server registered (api.batch_adapters), and the job's
 adapter column gives each row its line's adapter (null: the base). Everything else is the
 line's own, as each line is its own request to OpenAI: each row carries its line's params
 as JSON in the job's input (the job's `params_column`, jobs.row_params). Sampling params
@@ -246,11 +246,15 @@ def _model(body: dict, endpoint: str, known_models: dict, adapters: BatchAdapter
     if not isinstance(model, str) or not model:
         raise _Refused("missing_required_parameter", "the body has no model", "body.model")
     line_model = split_model(model, known_models)
+    if line_model.base not in known_models and model in adapters.locations:   # an adapter alone, as vLLM's
+        try:
+            line_model = LineModel(adapters.base_of(model, known_models), model)
+        except AdapterRefused as refused:
+            raise _Refused(refused.code, refused.message, "body.model") from None
     served = known_models.get(line_model.base)
     if served is None:
-        hint = f"; name an adapter on its base model, as BASE:{model}" if model in adapters.locations else ""
         raise _Refused("model_not_found", f"the model {shown(model)} does not exist; this server serves "
-                                          f"{', '.join(sorted(known_models)) or 'none'}{hint}", "body.model")
+                                          f"{', '.join(sorted(known_models)) or 'none'}", "body.model")
     modes = (served,) if isinstance(served, str) else served
     if ENDPOINT_MODES[endpoint] not in modes:
         raise _Refused("model_not_found", f"the model {shown(line_model.base)} is a model for {' and '.join(modes)}, "

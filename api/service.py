@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from api.batch_adapters import lora_modules, served_adapters
+from api.batch_adapters import lora_module_bases, lora_modules, served_adapters
 from api.batch_input import ENDPOINT_MODES, MAX_REQUESTS, LineError, completion_window_s, parse_batch
 from api.batch_output import batch_output, job_errors
 from api.batch_store import batch_folder, read_requests, write_requests
@@ -59,6 +59,7 @@ class BatchService:
         self.known_models = served_models()
         self.embedding_widths = served_widths(self.known_models)
         self.lora_modules = lora_modules()   # adapter name -> location: what a line may name as BASE:ADAPTER
+        self.lora_bases = lora_module_bases()   # adapter name -> its base, where its entry names one
 
     # -- files -----------------------------------------------------------------------------
 
@@ -92,7 +93,7 @@ class BatchService:
             raise not_found("file", input_file_id, param="input_file_id")
         batch_id = new_batch_id()
         # the adapters a line names are checked once per batch: one retrained since is checked again
-        adapters = served_adapters(self.client.settings, locations=self.lora_modules)
+        adapters = served_adapters(self.client.settings, locations=self.lora_modules, bases=self.lora_bases)
         parsed = parse_batch(self.files.content(source), endpoint, self.known_models, self.embedding_widths, adapters)
         record = BatchRecord(id=batch_id, key_id=key_id, job_id=None, endpoint=endpoint, model=None,
                              input_file_id=input_file_id, completion_window=window, metadata=metadata or {},

@@ -4,10 +4,11 @@ its output file) over a real SQLite store, run by this process's worker runtime 
 pipeline and generate feed on the real SmolLM2-135M-Instruct.
 
 Given two random PEFT adapters on SmolLM2's shapes (tests/support/lora_adapters.py) registered
-in BARGE_LORA_MODULES as A and B, when a /v1/completions batch mixes lines of `smollm2`,
-`smollm2:A` and `smollm2:B`, then it is one job with an adapter column, each line's text is the
-engine's greedy answer to its prompt run alone with that line's adapter, and each output line
-names its model as the line did. A batch with a line naming an adapter of too large a rank is
+in BARGE_LORA_MODULES as A and B (B's entry naming its base), when a /v1/completions batch
+mixes lines of `smollm2`, `smollm2:A`, `smollm2:B` and `B` alone (as vLLM's requests name a
+LoRA module), then it is one job with an adapter column, each line's text is the engine's
+greedy answer to its prompt run alone with that line's adapter, and each output line names
+its model as the line did. A batch with a line naming an adapter of too large a rank is
 `failed` at create, naming that line and body.model, and makes no job."""
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def deployment(tmp_path_factory):
         runtime.models[ref.key] = ref
         engine = runtime.engine_for(EngineKey(ref.key, "generate", lora=True))
         adapters = save_adapters(engine.llm.config, root / "adapters")
-        monkeypatch.setenv("BARGE_LORA_MODULES", ",".join(f"{name}={path}" for name, path in adapters.items()))
+        # B's entry names its base, so a line may name it alone (vLLM's `model: "B"`)
+        monkeypatch.setenv("BARGE_LORA_MODULES", ",".join(f"{'smollm2:' if name == 'B' else ''}{name}={path}"
+                                                          for name, path in adapters.items()))
         secret = ApiKeys(client.store.engine).create("lora").secret
         runtime.pipeline = ShardPipeline(runtime, depth=1)
         with TestClient(create_app(client), base_url="http://localhost",
@@ -111,7 +114,7 @@ def test_lines_of_adapters_and_the_base_run_in_one_job_each_with_its_adapter(dep
     http, client, runtime, engine, adapters = deployment
     lines = [completion("base", "smollm2", PROMPTS[0]), completion("a", "smollm2:A", [PROMPTS[0], PROMPTS[1]]),
              completion("b", "smollm2:B", PROMPTS[2]), completion("a-again", "smollm2:A", PROMPTS[3]),
-             completion("b-on-0", "smollm2:B", PROMPTS[0])]
+             completion("b-on-0", "smollm2:B", PROMPTS[0]), completion("b-alone", "B", PROMPTS[1])]
     known = {job.id for job in client.store.list_jobs()}
     batch = create_batch(http, lines)
     assert batch["status"] == "validating" and batch["errors"] is None, batch
@@ -131,7 +134,7 @@ def test_lines_of_adapters_and_the_base_run_in_one_job_each_with_its_adapter(dep
     greedy = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0)
 
     def alone(prompt: str, model: str) -> str:
-        adapter = adapters[model.partition(":")[2]] if ":" in model else None
+        adapter = adapters[model.partition(":")[2]] if ":" in model else adapters.get(model)
         return engine.generate([prompt], greedy, adapter=adapter)[0].text
 
     for line in lines:

@@ -9,7 +9,8 @@ import struct
 
 import pytest
 
-from api.batch_adapters import BatchAdapters, LineModel, adapter_problem, lora_modules, served_adapters, split_model
+from api.batch_adapters import (BatchAdapters, LineModel, adapter_problem, lora_module_bases, lora_modules,
+                                served_adapters, split_model)
 from api.batch_input import CHAT, COMPLETIONS, EMBEDDINGS, BatchRequests, parse_batch
 from api.batch_output import batch_output
 from api.batch_store import read_requests, write_requests
@@ -62,12 +63,44 @@ def test_a_model_is_a_served_base_or_base_colon_adapter(model, expected):
 
 def test_lora_modules_are_name_location_pairs_and_paths_become_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    env = {"BARGE_LORA_MODULES": "support=s3://adapters/support, legal = adapters/legal ,"}
-    assert lora_modules(env) == {"support": "s3://adapters/support", "legal": str(tmp_path / "adapters" / "legal")}
-    assert lora_modules({}) == {}
-    for bad in ("support", "=s3://x", "support=", "a:b=s3://x"):
+    env = {"BARGE_LORA_MODULES": "support=s3://adapters/support, legal = adapters/legal ,org:model:de=s3://a/de"}
+    assert lora_modules(env) == {"support": "s3://adapters/support", "legal": str(tmp_path / "adapters" / "legal"),
+                                 "de": "s3://a/de"}
+    assert lora_module_bases(env) == {"de": "org:model"}, "BASE:name=location names the base of the name alone"
+    assert lora_modules({}) == {} and lora_module_bases({}) == {}
+    for bad in ("support", "=s3://x", "support=", ":b=s3://x", "a:=s3://x"):
         with pytest.raises(ValueError, match="BARGE_LORA_MODULES: entry"):
             lora_modules({"BARGE_LORA_MODULES": bad})
+
+
+def test_an_adapter_named_alone_runs_on_the_one_generate_model_served():
+    """vLLM's `model: "support"`: with one base served, the adapter's name is enough; the
+    output names the model as the line did."""
+    one_base = {"smollm2": ("generate",), "minilm": ("embed",)}
+    checks = Checks()
+    batch = parse_batch(jsonl(line("a", "support"), line("b", "smollm2"), line("c", "smollm2:support")),
+                        COMPLETIONS, one_base, adapters=BatchAdapters(LOCATIONS, checks))
+    assert batch.model == "smollm2" and batch.line_models == ["support", "smollm2", "smollm2:support"]
+    assert batch.row_adapters == [LOCATIONS["support"], None, LOCATIONS["support"]]
+    assert checks.calls == [("smollm2", "support", LOCATIONS["support"])]
+
+
+def test_an_adapter_named_alone_among_several_bases_needs_its_entry_to_name_one():
+    # Given three generate models served: the adapter alone is refused, telling both ways out
+    refused = parse_batch(jsonl(line("a", "support")), COMPLETIONS, MODELS, adapters=BatchAdapters(LOCATIONS, Checks()))
+    assert errors_of(refused) == [(1, "model_not_found", "body.model")]
+    assert "as BASE:support" in refused[0].message and "BASE:support=LOCATION" in refused[0].message
+    # An entry naming its base settles it, and a base not served is refused by name
+    batch = parse_batch(jsonl(line("a", "support"), line("b", "qwen3")), COMPLETIONS, MODELS,
+                        adapters=BatchAdapters(LOCATIONS, Checks(), bases={"support": "qwen3"}))
+    assert batch.model == "qwen3" and batch.row_adapters == [LOCATIONS["support"], None]
+    gone = parse_batch(jsonl(line("a", "support")), COMPLETIONS, MODELS,
+                       adapters=BatchAdapters(LOCATIONS, Checks(), bases={"support": "llama"}))
+    assert errors_of(gone) == [(1, "model_not_found", "body.model")] and "'llama'" in gone[0].message
+    # A served model's name wins over an adapter's
+    shadowed = parse_batch(jsonl(line("a", "qwen3")), COMPLETIONS, MODELS,
+                           adapters=BatchAdapters({"qwen3": "s3://adapters/q"}, Checks()))
+    assert shadowed.row_adapters == [None]
 
 
 def test_lines_of_adapters_and_of_the_base_become_one_job_with_an_adapter_column():
@@ -104,7 +137,7 @@ def test_each_line_naming_a_bad_adapter_is_refused_naming_its_line_and_body_mode
     assert "r=64 exceeds" in result[0].message and result[0].message == result[2].message
     assert "adapter 'nope'" in result[1].message and "legal, support" in result[1].message
     assert "differs from the batch's 'smollm2'" in result[3].message
-    assert "as BASE:support" in result[4].message, "a bare adapter name is told how to name it"
+    assert "as BASE:support" in result[4].message, "an adapter alone among several bases is told how to name it"
     assert [call[1] for call in checks.calls] == ["support", "legal"], "a mismatched base reads no adapter"
 
 
