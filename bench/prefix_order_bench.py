@@ -170,6 +170,15 @@ def scheduler_only(prompts, orders: dict[str, list[list[int]]], args) -> None:
                   f"the lower bound")
 
 
+def progress(result: Run, warm: Run | None = None) -> None:
+    """A run's figures as soon as it ends (a full-size run takes hours on a CPU)."""
+    against_warm = "" if warm is None else (f", {result.seconds / warm.seconds:.2f}x the warm run's wall, "
+                                            f"same tokens as it: {result.tokens == warm.tokens}")
+    print(f"  ... {result.label}: {result.seconds:.1f} s, {result.num_prefill_tokens:,} prompt tokens computed "
+          f"({result.num_prefill_tokens / result.lower_bound:.3f}x the lower bound {result.lower_bound:,})"
+          f"{against_warm}", flush=True)
+
+
 def report(runs: list[Run], reference: Run, reference_name: str) -> None:
     """A table; 'same tokens': each row's generated tokens equal the first run's."""
     print(f"  {'run':<42} {'prefill computed':>16} {'/ lower bound':>13} {'from cache':>11} {'wall s':>7} "
@@ -231,12 +240,12 @@ def main() -> None:
     run(model, config, tokenizer, options, prompts[:4], [[0, 1, 2, 3]], True, 2, "warm-up")
     common = (model, config, tokenizer, options, prompts)
     runs = [run(*common, [leaders, rest], False, args.max_tokens, "warm cache (template rows first)")]
+    progress(runs[-1])
     for name, order in (("shuffled", shuffled), ("grouped by template", rows)):
         for prefix_aware in (True, False):
             label = f"{name}, {'prefix-aware' if prefix_aware else 'first come first served'}"
             runs.append(run(*common, [order], prefix_aware, args.max_tokens, label))
-            print(f"  ... {label}: {runs[-1].seconds:.1f} s", flush=True)
-    print(f"  ... warm cache: {runs[0].seconds:.1f} s")
+            progress(runs[-1], runs[0])
     report(runs, runs[0], "warm")
     if args.skip_distinct:
         return
