@@ -15,8 +15,9 @@ its rows, adding in place. Otherwise a step whose padding would at most double t
 work (decodes: a few rows per slot) goes through `padded`, two bmm per linear for all
 slots; when the slots have as many rows each (rows that started together, as a shard's do)
 `padded.run` is one slice of the step's rows: the bmm read it as a view and the expand adds
-into the output in place. A skewed step (a prompt chunk beside decodes) goes slot by slot. CUDA: the kernels take `sorted_rows`
-and `slot_starts`, device tensors whose shapes depend only on the step's size.
+into the output in place. A skewed step (a prompt chunk beside decodes) goes slot by slot.
+CUDA: the kernels take `sorted_rows` and `slot_starts`, device tensors whose shapes depend
+only on the step's size.
 """
 
 from __future__ import annotations

@@ -177,16 +177,18 @@ class BertLayer(nn.Module):
         self.act = config.hidden_act
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
-        hidden = self.attention_norm(self.attention(hidden, batch))
-        inner = linear_act(hidden, self.ffn_in, self.act)
-        return self.ffn_norm(linear_residual(inner, self.ffn_out, hidden))
+        return self._after_attention(self.attention(hidden, batch))
 
     def forward_rows(self, hidden: torch.Tensor, batch: PackedBatch, rows: torch.Tensor) -> torch.Tensor:
         """As forward, for the tokens `rows` alone (one per text): [num_seqs, hidden]. Past
         the attention a token's states depend on no other token, so a head that pools one
         token per text needs the last layer's output projection, norms and FFN only there."""
         attended = self.attention.attend_rows(hidden, batch, rows)
-        hidden = self.attention_norm(linear_residual(attended, self.attention.out, hidden[rows]))
+        return self._after_attention(linear_residual(attended, self.attention.out, hidden[rows]))
+
+    def _after_attention(self, with_attention: torch.Tensor) -> torch.Tensor:
+        """The residual stream plus the attention's output -> the norm, then the FFN block."""
+        hidden = self.attention_norm(with_attention)
         inner = linear_act(hidden, self.ffn_in, self.act)
         return self.ffn_norm(linear_residual(inner, self.ffn_out, hidden))
 
