@@ -15,7 +15,7 @@ from engine import Engine
 from engine.whisper.audio import load_audio
 from engine.whisper.config import N_SAMPLES_PER_CHUNK
 from tests.support.speech import ALSA_DIR, espeak, has_espeak
-from tests.support.whisper_models import base_path, one_thread, openai_reference, tiny_en_path
+from tests.support.whisper_models import base_path, encode_each_window_once, one_thread, openai_reference, tiny_en_path
 
 MAX_TIME_ERROR_S = 0.02
 ESPEAK_TEXTS = ["The quick brown fox jumps over the lazy dog.",
@@ -44,6 +44,7 @@ def pair(request):
     path = MODELS[name]()
     reference = openai_reference(path)
     reference.set_alignment_heads(whisper._ALIGNMENT_HEADS[name])
+    encode_each_window_once(reference)
     with one_thread():
         yield name, Engine.from_pretrained(path, mode="transcribe"), reference
 
