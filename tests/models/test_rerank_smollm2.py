@@ -16,7 +16,7 @@ import torch
 from tests.support import smollm2
 
 smollm2.require()
-pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the three modules
+pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the four modules
 
 from engine.generate.llm_engine import LLMEngine  # noqa: E402
 from engine.generate.options import GenerateOptions  # noqa: E402

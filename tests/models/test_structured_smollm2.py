@@ -21,7 +21,7 @@ import torch
 from tests.support import smollm2
 
 smollm2.require()
-pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the three modules
+pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the four modules
 xgrammar = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
 
