@@ -40,18 +40,12 @@ import torch  # noqa: E402
 
 from engine.score.classifier import Classifier  # noqa: E402
 from engine.score.params import ScoreParams  # noqa: E402
+from machine import cpu_model  # noqa: E402 - bench/machine.py
 from tests.support.random_classifiers import save_minilm_cross_encoder  # noqa: E402
 
 NOT_PROSE = re.compile(r"@|https?:|www\.|/|\d{4}")
 BATCH_SIZES = (16, 32, 64, 128)
 MAX_BATCH_TOKENS = 2048     # Barge's CPU default (engine.engine.DEFAULT_MAX_BATCH_TOKENS)
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def build_pairs(num_pairs: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -102,7 +96,7 @@ def main() -> None:
         barge = Classifier.load(folder, dtype, torch.device("cpu"), MAX_BATCH_TOKENS)
     num_tokens = sum(output.num_tokens for output in barge.score_pairs(queries[:256], documents[:256], ScoreParams()))
     print(f"{args.num_pairs} pairs (first 256: {num_tokens / 256:.0f} tokens a pair), {args.dtype}, "
-          f"{torch.get_num_threads()} threads, CPU: {cpu_model()}, AMX: {'amx_bf16' in Path('/proc/cpuinfo').read_text()}")
+          f"{torch.get_num_threads()} threads, CPU: {cpu_model()}")
     batch_size = best_batch_size(reference, pairs[:args.sweep_pairs])
     seconds: dict[str, list[float]] = {"barge": [], "sentence-transformers": []}
     runs = {"barge": lambda: [output.score for output in barge.score_pairs(queries, documents, ScoreParams())],

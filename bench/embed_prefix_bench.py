@@ -39,7 +39,8 @@ from engine.layers import linear  # noqa: E402
 from engine.layers.packed_linear import pack_linears  # noqa: E402
 from engine.models.llama import LlamaForEmbedding  # noqa: E402
 
-from rerank_prefix_bench import NOT_PROSE, PROSE, SMOLLM2_GGUF, cpu_model  # noqa: E402
+from machine import cpu_model  # noqa: E402 - bench/machine.py
+from rerank_prefix_bench import NOT_PROSE, PROSE, SMOLLM2_GGUF  # noqa: E402
 
 INSTRUCTION = ("Instruct: Given a web search query about software licences, retrieve relevant passages "
                "that answer the query\nQuery: ")

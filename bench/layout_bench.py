@@ -20,9 +20,7 @@ import argparse
 import dataclasses
 import io
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +33,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from bench.embed_bench import build_corpus  # noqa: E402
+from bench.machine import cpu_model  # noqa: E402
 
 
 @dataclass
@@ -86,17 +85,6 @@ def run_job(client, proxy, bucket: str, layout: str, run: Run, tmp: Path, model:
     run.bytes_read = proxy.bytes_served(f"/{bucket}/{layout}/")
     run.staged_bytes_read = proxy.bytes_served(f"/{bucket}/out-{layout}")  # the staged copies' GETs
     run.num_shards = sum(state.shards.values())
-
-
-def cpu_model() -> str:
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-        name = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("Model name"))
-        flags = next((line for line in lines if line.startswith("Flags")), "")
-        name += " with AMX" if " amx_tile" in flags else ""
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {os.cpu_count()} cores"
 
 
 def main() -> None:

@@ -52,6 +52,7 @@ from engine.generate.options import GenerateOptions  # noqa: E402
 from engine.generate.sampling_params import SamplingParams  # noqa: E402
 from engine.lora.adapter import projection_shapes  # noqa: E402
 from engine.lora.options import LoraOptions  # noqa: E402
+from machine import cpu_model  # noqa: E402 - bench/machine.py
 from queueing.generate_feed import GenerateFeed  # noqa: E402
 from queueing.runtime import EngineKey  # noqa: E402
 from queueing.worker import ShardWork  # noqa: E402
@@ -62,13 +63,6 @@ BLOCKS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "
 RUNS = ("base", "mixed", "naive", "waves")
 TASKS = ["Name a fruit that is {i} letters long.", "Write one sentence about the number {i}.",
          "Give a title for chapter {i} of a mystery novel.", "Say hello in a friendly way, variant {i}."]
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} logical CPUs"
-    return "unknown CPU"
 
 
 def write_adapter(folder: Path, config, rank: int, seed: int) -> Path:
@@ -185,7 +179,7 @@ def main() -> None:
     engine_of = {"base": "base", "mixed": "mixed", "naive": "swapping", "waves": "swapping"}
     rates: dict[str, list[float]] = {label: [] for label in runs}
     cpu_rates: dict[str, list[float]] = {label: [] for label in runs}
-    print(f"{cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    print(f"{cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     print(f"SmolLM2-135M-Instruct fp32, {args.rows} rows x {args.max_tokens} tokens, max_num_seqs "
           f"{args.max_num_seqs}, {args.num_adapters} adapters of rank {args.rank} round robin, "
           f"max_loras {args.num_adapters} (mixed) and {args.max_loras} (naive, waves)", flush=True)

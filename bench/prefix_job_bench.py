@@ -70,7 +70,8 @@ from jobs import JobSpec, JobStatus  # noqa: E402
 from jobs.generate_usage import Prefill  # noqa: E402
 from jobs.client import Client, Job  # noqa: E402
 from jobs.report import JobReport, job_report  # noqa: E402
-from prefix_order_bench import SMOLLM2_GGUF, add_row_arguments, build_rows, cpu_model, prose_tokens  # noqa: E402
+from machine import cpu_model  # noqa: E402 - bench/machine.py
+from prefix_order_bench import SMOLLM2_GGUF, add_row_arguments, build_rows, prose_tokens  # noqa: E402
 from tests.support.stack import stack  # noqa: E402
 
 WARM_UP_PROMPT = "Warm-up."        # shorter than a KV block: the cache keeps nothing of it

@@ -55,6 +55,7 @@ from engine.generate.request import Request  # noqa: E402
 from engine.generate.sampling_params import SamplingParams  # noqa: E402
 from engine.generate.scheduler import Scheduler, SchedulerConfig  # noqa: E402
 from engine.layers.packed_linear import pack_linears  # noqa: E402
+from machine import cpu_model  # noqa: E402 - bench/machine.py
 from queueing.generate_feed import GenerateFeed  # noqa: E402
 from queueing.runtime import EngineKey  # noqa: E402
 from queueing.worker import ShardWork  # noqa: E402
@@ -75,13 +76,6 @@ class Run:
     num_cached_tokens: int          # prompt tokens served from the prefix cache
     lower_bound: int                # distinct prefix tokens of the rows
     tokens: list[list[int]]         # generated tokens per row, input order
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def prose_tokens(tokenizer) -> list[int]:

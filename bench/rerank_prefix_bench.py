@@ -48,17 +48,11 @@ from engine.generate.options import GenerateOptions  # noqa: E402
 from engine.layers.packed_linear import pack_linears  # noqa: E402
 from engine.score.params import ScoreParams  # noqa: E402
 from engine.score.reranker import YesNoReranker  # noqa: E402
+from machine import cpu_model  # noqa: E402 - bench/machine.py
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROSE = sorted(Path("/usr/share/common-licenses").glob("*"))
 NOT_PROSE = re.compile(r"@|https?:|www\.|/|\d{4}")
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def build_pairs(num_queries: int, docs_per_query: int, query_words: tuple[int, int],

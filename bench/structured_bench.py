@@ -29,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from engine import Engine, SamplingParams  # noqa: E402
+from machine import cpu_model  # noqa: E402 - bench/machine.py
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ITEM = {"type": "object", "properties": {
@@ -45,13 +46,6 @@ LONG_KEYS = {"type": "object", "properties": {
                  "customer_preferred_contact_method_for_invoices",
                  "customer_account_opening_year_in_gregorian_calendar"],
     "additionalProperties": False}
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} logical CPUs"
-    return "unknown CPU"
 
 
 def chat_prompts(engine: Engine, num_prompts: int, task: str) -> list[list[int]]:
@@ -186,7 +180,7 @@ def main() -> None:
     engine = Engine.from_pretrained(folder / SMOLLM2_GGUF, mode="generate", num_blocks=1024, block_size=16,
                                     enable_prefix_caching=False,
                                     max_num_seqs=args.num_prompts)
-    print(f"SmolLM2-135M-Instruct (Q4_1 GGUF, fp32) on {cpu_name()}, {torch.get_num_threads()} torch threads")
+    print(f"SmolLM2-135M-Instruct (Q4_1 GGUF, fp32) on {cpu_model()}, {torch.get_num_threads()} torch threads")
     warm = chat_prompts(engine, 2, "Describe item {i} as JSON.")
     engine.generate(warm, SamplingParams(max_tokens=8, temperature=0.0, structured={"json_schema": ITEM}))
     if args.only != "jump":
