@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # tests.support, run from anywhere
 
+from bench.machine import cpu_model   # noqa: E402
 from tests.support.chaos_schedule import FULL, SHORT   # noqa: E402
 from tests.support.chaos_soak import SoakConfig, run_soak   # noqa: E402
 
@@ -62,21 +61,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="barge-soak-"))
     print(f"chaos soak: seed {config.seed}, {config.broker}, {config.num_workers} workers, {args.profile} faults, "
-          f"{_cpu()}, work dir {work_dir}", flush=True)
+          f"{cpu_model()}, work dir {work_dir}", flush=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     report = run_soak(config, work_dir, log=lambda line: print(line, flush=True))
     print(f"started {started}, command: python {' '.join(sys.argv)}")
     print(report.format())
     return 0 if report.passed else 1
-
-
-def _cpu() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    return f"{os.cpu_count()} cores, {model}"
 
 
 if __name__ == "__main__":

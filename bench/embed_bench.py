@@ -44,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench.machine import cpu_model  # noqa: E402
+
 # Lines of licence boilerplate that are not prose: addresses, URLs, file lists, years.
 NOT_PROSE = re.compile(r"@|https?:|www\.|/|\.c\b|\.h\b|^\s*(Files|Copyright|License|Source|Upstream|Format|Comment):"
                        r"|\(C\)|\(c\)|©|\d{4}")
@@ -121,7 +123,7 @@ def compare_dtypes(path: str, sentences: list[str], repeats: int, max_batch_toke
     for engine in engines.values():
         engine.embed(sentences[:256])      # warm-up: oneDNN builds its kernels on first use
     print(f"corpus: {len(sentences)} sentences, {num_tokens} tokens, {torch.get_num_threads()} threads, "
-          f"model {path}, AMX: {'amx_bf16' in Path('/proc/cpuinfo').read_text()}")
+          f"model {path}, CPU: {cpu_model()}")
     seconds: dict[str, list[float]] = {dtype: [] for dtype in engines}
     vectors = {}
     for repeat in range(repeats):
