@@ -41,7 +41,9 @@ never serves a prompt's last token), so computed / job bound is the figure to ho
 
 With --first-come-first-served every order runs again on a worker started with
 BARGE_PREFIX_ORDER=0 (no prefix ordering, no admission hold-back: the engine before issue 47),
-beside the prefix-aware runs.
+beside the prefix-aware runs. --orders names the runs to make instead, e.g. `--orders warm
+shuffled-fcfs grouped-fcfs` for first come, first served beside the warm reference alone (the
+first order named is the reference the others are compared with).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ WARM_UP_PROMPT = "Warm-up."        # shorter than a KV block: the cache keeps no
 
 
 FCFS = ", first come first served"      # an order's name with this suffix runs with BARGE_PREFIX_ORDER=0
+ORDER_NAMES = ("warm", "shuffled", "grouped")   # --orders: plan_orders' orders, each also as NAME-fcfs
 
 
 @dataclass(frozen=True)
@@ -171,13 +174,13 @@ def run_order(order: Order, texts: list[str], args, root: Path) -> OrderRun:
 def print_table(runs: list[OrderRun], job_bound: int) -> None:
     """'same texts': every row's generated text equals the first order's (the warm-cache run)."""
     reference = runs[0]
-    print(f"  {'order':<34} {'KV blocks':>9} {'shards':>6} {'prompt tok':>10} {'computed':>9} {'cached':>9} "
+    print(f"  {"order":<48} {'KV blocks':>9} {'shards':>6} {'prompt tok':>10} {'computed':>9} {'cached':>9} "
           f"{'shard bound':>11} {'/ bound':>7} {'/ job bound':>11} {'wall s':>7} {'/ warm':>6}  same texts  "
           f"shards by worker")
     for run in runs:
         prefill, bound = run.prefill, run.prefill.num_lower_bound
         bound_text = f"{bound:11,} {prefill.num_computed_tokens / bound:6.2f}x" if bound else f"{'-':>11} {'-':>7}"
-        print(f"  {run.name:<34} {run.engine.get('num_kv_blocks', 0):9,} {run.num_shards:6} "
+        print(f"  {run.name:<48} {run.engine.get('num_kv_blocks', 0):9,} {run.num_shards:6} "
               f"{prefill.num_prompt_tokens:10,} {prefill.num_computed_tokens:9,} {prefill.num_cached_tokens:9,} "
               f"{bound_text} {prefill.num_computed_tokens / job_bound:10.2f}x {run.running_s:7.1f} "
               f"{run.running_s / reference.running_s:5.2f}x  {str(run.texts == reference.texts):<10}  "
@@ -206,6 +209,10 @@ def parse_args() -> argparse.Namespace:
                              "shards it takes in its own prefix cache")
     parser.add_argument("--first-come-first-served", action="store_true",
                         help="also run every order on a worker with BARGE_PREFIX_ORDER=0")
+    parser.add_argument("--orders", nargs="+", metavar="ORDER",
+                        choices=[*ORDER_NAMES, *(f"{name}-fcfs" for name in ORDER_NAMES)],
+                        help="only these runs, in this order (the first is the reference): warm, shuffled, "
+                             "grouped, each also NAME-fcfs (BARGE_PREFIX_ORDER=0)")
     return parser.parse_args()
 
 
@@ -217,7 +224,13 @@ def main() -> None:
     prompts, template_of = build_rows(prose_tokens(tokenizer), args, rng)
     texts = [tokenizer.decode(prompt) for prompt in prompts]
     orders = plan_orders(template_of, args.templates, rng)
-    if args.first_come_first_served:
+    if args.orders:
+        chosen = []
+        for name in args.orders:
+            order = orders[ORDER_NAMES.index(name.removesuffix("-fcfs"))]
+            chosen.append(Order(order.name + FCFS, order.jobs) if name.endswith("-fcfs") else order)
+        orders = chosen
+    elif args.first_come_first_served:
         orders += [Order(order.name + FCFS, order.jobs) for order in orders]
     plan = plan_prefix_order([tokenizer.encode(text) for text in texts])      # as the worker tokenizes a row
     print(f"SmolLM2-135M-Instruct (Q4_1 GGUF, fp32) on a `barge worker`, {args.templates} templates of "
