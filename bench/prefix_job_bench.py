@@ -174,7 +174,7 @@ def run_order(order: Order, texts: list[str], args, root: Path) -> OrderRun:
 def print_table(runs: list[OrderRun], job_bound: int) -> None:
     """'same texts': every row's generated text equals the first order's (the warm-cache run)."""
     reference = runs[0]
-    print(f"  {"order":<48} {'KV blocks':>9} {'shards':>6} {'prompt tok':>10} {'computed':>9} {'cached':>9} "
+    print(f"  {'order':<48} {'KV blocks':>9} {'shards':>6} {'prompt tok':>10} {'computed':>9} {'cached':>9} "
           f"{'shard bound':>11} {'/ bound':>7} {'/ job bound':>11} {'wall s':>7} {'/ warm':>6}  same texts  "
           f"shards by worker")
     for run in runs:
