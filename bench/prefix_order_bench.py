@@ -9,6 +9,8 @@ before), same process, same weights: SmolLM2-135M-Instruct, fp32, CPU.
     .venv/bin/python bench/prefix_order_bench.py --num-blocks 512         # a KV cache of 8,192 tokens
     .venv/bin/python bench/prefix_order_bench.py --scheduler-only         # the issue's size in seconds: no model
     .venv/bin/python bench/prefix_order_bench.py --runs grouped-fcfs      # the warm reference, then only that
+    .venv/bin/python bench/prefix_order_bench.py --scheduler-only --workers 3 --rows-per-shard 64
+                                                                          # templates computed on each worker
 
 Rows are a template (licence prose, --template-tokens) then a suffix of its own (--suffix-tokens),
 --max-tokens generated each (greedy, EOS ignored: every row does the same work in every run).
@@ -25,7 +27,10 @@ the warm-cache run, and checks every run's tokens equal the first run's.
 --scheduler-only runs the same rows through the real Scheduler and BlockManager with the model
 replaced by a constant sampled token, the feed's window and prefix order mimicked: with EOS
 ignored and max_tokens fixed, what the scheduler admits does not depend on the tokens sampled,
-so the prefill figures are the engine's own, at sizes a CPU cannot run (no wall times).
+so the prefill figures are the engine's own, at sizes a CPU cannot run (no wall times). With
+--workers W it cuts each order into shards (--rows-per-shard) and runs them on W simulated workers,
+each its own scheduler and prefix cache: what a job's templates cost computed once per worker, with
+the shards taken in turn and routed by template.
 """
 
 from __future__ import annotations
@@ -168,6 +173,27 @@ def scheduler_only(prompts, orders: dict[str, list[list[int]]], args) -> None:
                   f"the lower bound")
 
 
+def across_workers(prompts, template_of: list[int], orders: dict[str, list[int]], args) -> None:
+    """Each order cut into shards of --rows-per-shard rows and run prefix-aware on --workers simulated
+    workers, each with its own scheduler and cache: the shards taken in turn (as idle workers claim
+    the next), or routed by the template of the shard's first row (the best a cheap per-shard key
+    could do), beside one worker taking them all."""
+    num_blocks = args.num_blocks or 6596
+    lower_bound = plan_prefix_order(prompts).num_distinct_tokens
+    print(f"scheduler only, {args.workers} workers of {num_blocks} KV blocks, shards of {args.rows_per_shard} rows; "
+          f"job-wide lower bound {lower_bound:,} prompt tokens")
+    for name, rows in orders.items():
+        shards = [rows[start:start + args.rows_per_shard] for start in range(0, len(rows), args.rows_per_shard)]
+        assignments = {"one worker": [0] * len(shards),
+                       "in turn": [index % args.workers for index in range(len(shards))],
+                       "routed by template": [template_of[shard[0]] % args.workers for shard in shards]}
+        for how, worker_of in assignments.items():
+            computed = sum(simulate(prompts, [shard for shard, w in zip(shards, worker_of) if w == worker], True,
+                                    args, num_blocks) for worker in set(worker_of))
+            print(f"  {name + ', ' + how:<40} {len(shards)} shards, {computed:12,} prompt tokens computed, "
+                  f"{computed / lower_bound:.3f}x the lower bound")
+
+
 def progress(result: Run, warm: Run | None = None) -> None:
     """A run's figures as soon as it ends (a full-size run takes hours on a CPU)."""
     against_warm = "" if warm is None else (f", {result.seconds / warm.seconds:.2f}x the warm run's wall, "
@@ -209,6 +235,9 @@ def main() -> None:
                              f"about 15 minutes on a 2-core CPU): {', '.join(ORDER_RUNS)}")
     parser.add_argument("--skip-distinct", action="store_true", help="leave out the all-distinct case")
     parser.add_argument("--scheduler-only", action="store_true", help="prefill figures without the model")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="with --scheduler-only: the job cut into shards on this many simulated workers")
+    parser.add_argument("--rows-per-shard", type=int, default=256, help="the shards' size for --workers")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     chosen = args.runs.split(",") if args.runs else []
@@ -227,6 +256,9 @@ def main() -> None:
     rng.shuffle(shuffled)
     leaders = [template_of.index(t) for t in range(args.templates)]
     rest = [row for row in shuffled if row not in leaders]
+    if args.scheduler_only and args.workers:
+        across_workers(prompts, template_of, {"shuffled": shuffled, "grouped by template": rows}, args)
+        return
     if args.scheduler_only:
         scheduler_only(prompts, {"warm cache (template rows first)": [leaders, rest], "shuffled": [shuffled],
                                  "grouped by template": [rows]}, args)
