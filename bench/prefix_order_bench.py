@@ -240,6 +240,9 @@ def main() -> None:
     parser.add_argument("--rows-per-shard", type=int, default=256, help="the shards' size for --workers")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.workers and not args.scheduler_only:
+        parser.error("--workers simulates workers: it needs --scheduler-only (bench/prefix_job_bench.py --workers "
+                     "runs real ones)")
     chosen = args.runs.split(",") if args.runs else []
     if unknown := [name for name in chosen if name not in ORDER_RUNS]:
         parser.error(f"--runs: no run named {', '.join(unknown)}; choose from {', '.join(ORDER_RUNS)}")
