@@ -69,6 +69,8 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The runs after the warm-cache reference (--runs): (order, prefix-aware)
 ORDER_RUNS = {"shuffled-aware": ("shuffled", True), "shuffled-fcfs": ("shuffled", False),
               "grouped-aware": ("grouped by template", True), "grouped-fcfs": ("grouped by template", False)}
+SCHEDULER_ONLY_BLOCKS = 6596    # --scheduler-only's cache without --num-blocks: what the engine sized on the
+                                # 24 GiB machine of the first figures
 PROSE = sorted(Path("/usr/share/common-licenses").glob("*"))
 
 
@@ -162,7 +164,7 @@ def simulate(prompts: list[list[int]], shards: list[list[int]], prefix_aware: bo
 
 
 def scheduler_only(prompts, orders: dict[str, list[list[int]]], args) -> None:
-    num_blocks = args.num_blocks or 6596      # what the engine sized on the 24 GiB machine of the figures
+    num_blocks = args.num_blocks or SCHEDULER_ONLY_BLOCKS
     lower_bound = plan_prefix_order(prompts).num_distinct_tokens
     print(f"scheduler only, KV cache {num_blocks} blocks of 16 tokens; lower bound {lower_bound:,} prompt tokens")
     for name, shards in orders.items():
@@ -178,7 +180,7 @@ def across_workers(prompts, template_of: list[int], orders: dict[str, list[int]]
     workers, each with its own scheduler and cache: the shards taken in turn (as idle workers claim
     the next), or routed by the template of the shard's first row (the best a cheap per-shard key
     could do), beside one worker taking them all."""
-    num_blocks = args.num_blocks or 6596
+    num_blocks = args.num_blocks or SCHEDULER_ONLY_BLOCKS
     lower_bound = plan_prefix_order(prompts).num_distinct_tokens
     print(f"scheduler only, {args.workers} workers of {num_blocks} KV blocks, shards of {args.rows_per_shard} rows; "
           f"job-wide lower bound {lower_bound:,} prompt tokens")
