@@ -15,17 +15,23 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
-openai = pytest.importorskip("openai")
-from openai.types import Batch, Completion, CreateEmbeddingResponse  # noqa: E402
-from openai.types.chat import ChatCompletion  # noqa: E402
+from jobs import JobSpec, JobStatus
+from jobs.models import resolve_model
+from tests.support.lazy_import import importorskip_lazily
+from tests.support.stack import free_port, stack, wait_ready
 
-from jobs import JobSpec, JobStatus  # noqa: E402
-from jobs.models import resolve_model  # noqa: E402
-from tests.support.stack import free_port, stack, wait_ready  # noqa: E402
+if TYPE_CHECKING:
+    from openai.types import Batch
+
+# imported when a test first uses them, not in every process that collects the suite
+openai = importorskip_lazily("openai")
+openai_types = importorskip_lazily("openai.types")
+chat_types = importorskip_lazily("openai.types.chat")
 
 CHAT_PARAMS = {"max_tokens": 24, "temperature": 0}
 QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 2 + 2?"]
@@ -128,7 +134,7 @@ def test_chat_batch_completes_with_the_engines_answers(deployment, smollm2):
     assert batch.error_file_id is None and batch.completed_at >= batch.created_at
 
     outputs = {line["custom_id"]: line for line in _lines(client, batch.output_file_id)}
-    usages = [ChatCompletion.model_validate(line["response"]["body"]).usage for line in outputs.values()]
+    usages = [chat_types.ChatCompletion.model_validate(line["response"]["body"]).usage for line in outputs.values()]
     assert (batch.usage.input_tokens, batch.usage.output_tokens) == (sum(u.prompt_tokens for u in usages),
                                                                      sum(u.completion_tokens for u in usages))
     expected = smollm2.generate([[{"role": "user", "content": q}] for q in QUESTIONS],
@@ -136,7 +142,7 @@ def test_chat_batch_completes_with_the_engines_answers(deployment, smollm2):
     for i, want in enumerate(expected):
         line = outputs[f"q-{i}"]
         assert line["response"]["status_code"] == 200 and line["error"] is None
-        body = ChatCompletion.model_validate(line["response"]["body"])
+        body = chat_types.ChatCompletion.model_validate(line["response"]["body"])
         assert body.choices[0].message.content == want.text
         assert body.choices[0].message.content.strip()   # rendered with the chat template: an answer, not <|im_end|>
         assert body.choices[0].finish_reason == want.finish_reason
@@ -157,7 +163,7 @@ def test_embeddings_batch_equals_engine_embed(deployment):
     bodies = {line["custom_id"]: line["response"]["body"] for line in _lines(client, batch.output_file_id)}
     for item in bodies["many"]["data"]:   # base64 is decoded by the client, as openai's embeddings.create does
         item["embedding"] = np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4").tolist()
-    outputs = {custom_id: CreateEmbeddingResponse.model_validate(body) for custom_id, body in bodies.items()}
+    outputs = {custom_id: openai_types.CreateEmbeddingResponse.model_validate(body) for custom_id, body in bodies.items()}
     expected = Engine.from_pretrained(resolve_model("minilm").path, mode="embed").embed(TEXTS)
     np.testing.assert_array_equal(np.asarray(outputs["one"].data[0].embedding, np.float32), expected[0])
     many = [np.asarray(item.embedding, np.float32) for item in outputs["many"].data]
@@ -198,7 +204,7 @@ def test_completions_batch_parses_as_completion(deployment, smollm2):
               "body": {"model": "smollm2", "prompt": "The river", "max_tokens": 8, "temperature": 0}}]
     batch = _poll(client, _submit(client, lines, "/v1/completions").id, ("completed", "failed"),
                   deployment=deployment)
-    body = Completion.model_validate(_lines(client, batch.output_file_id)[0]["response"]["body"])
+    body = openai_types.Completion.model_validate(_lines(client, batch.output_file_id)[0]["response"]["body"])
     assert body.choices[0].text == smollm2.generate(["The river"], SamplingParams(max_tokens=8, temperature=0))[0].text
 
 
@@ -238,7 +244,7 @@ def test_lines_with_their_own_params_and_response_format_run_as_one_batch(deploy
     assert batch.status == "completed", batch
     assert (batch.request_counts.completed, batch.request_counts.failed) == (5, 1)
 
-    outputs = {line["custom_id"]: ChatCompletion.model_validate(line["response"]["body"])
+    outputs = {line["custom_id"]: chat_types.ChatCompletion.model_validate(line["response"]["body"])
                for line in _lines(client, batch.output_file_id)}
     expected = smollm2.generate([[{"role": "user", "content": question}] for question, _, _ in asks.values()],
                                 [SamplingParams(**params) for _, _, params in asks.values()])
@@ -265,7 +271,7 @@ def test_logprobs_are_openais_shape_and_the_engines_values(deployment, smollm2):
     batch = _poll(client, _submit(client, lines, "/v1/chat/completions").id, ("completed", "failed"),
                   deployment=deployment)
     assert batch.status == "completed", batch
-    bodies = {line["custom_id"]: ChatCompletion.model_validate(line["response"]["body"])
+    bodies = {line["custom_id"]: chat_types.ChatCompletion.model_validate(line["response"]["body"])
               for line in _lines(client, batch.output_file_id)}
     want = smollm2.generate([question], SamplingParams(max_tokens=8, temperature=0, logprobs=3))[0]
     content = bodies["top3"].choices[0].logprobs.content
@@ -285,7 +291,7 @@ def test_logprobs_are_openais_shape_and_the_engines_values(deployment, smollm2):
                                 "logprobs": 2}}
     batch = _poll(client, _submit(client, [completion_line], "/v1/completions").id, ("completed", "failed"),
                   deployment=deployment)
-    body = Completion.model_validate(_lines(client, batch.output_file_id)[0]["response"]["body"])
+    body = openai_types.Completion.model_validate(_lines(client, batch.output_file_id)[0]["response"]["body"])
     want = smollm2.generate(["The river"], SamplingParams(max_tokens=6, temperature=0, logprobs=2))[0]
     assert body.choices[0].logprobs.token_logprobs == pytest.approx([t.logprob for t in want.token_logprobs],
                                                                     abs=1e-5, rel=2e-5)
@@ -422,7 +428,7 @@ def _assert_partial(client, batch: Batch, code: str) -> None:
     assert sorted(line["custom_id"] for line in outputs + errors) == sorted(f"n-{i}" for i in range(24))
     assert all(line["error"]["code"] == code and line["response"] is None for line in errors)
     for line in outputs:
-        ChatCompletion.model_validate(line["response"]["body"])
+        chat_types.ChatCompletion.model_validate(line["response"]["body"])
     counts = batch.request_counts
     assert (counts.total, counts.completed, counts.failed) == (24, len(outputs), len(errors))
 
@@ -480,7 +486,7 @@ def test_barge_submit_runs_an_openai_batch_file_and_writes_output_jsonl(deployme
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     [line] = [json.loads(text) for text in (tmp_path / "out" / "output.jsonl").read_text().splitlines()]
-    body = CreateEmbeddingResponse.model_validate(line["response"]["body"])
+    body = openai_types.CreateEmbeddingResponse.model_validate(line["response"]["body"])
     assert line["custom_id"] == "e" and len(body.data[0].embedding) == 384
     assert (tmp_path / "out" / "_SUCCESS").exists() and (tmp_path / "out" / "output_errors.jsonl").read_text() == ""
 

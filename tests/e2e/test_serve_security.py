@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.forwarding_proxy import ForwardingProxy
+from tests.support.lazy_import import importorskip_lazily
 from tests.support.stack import free_port, stack
 
-openai = pytest.importorskip("openai")
+openai = importorskip_lazily("openai")
 
 SECRETS = {"webhook path": "WEBHOOK-PATH-SECRET-5e1", "notify path": "NOTIFY-PATH-SECRET-7c2",
            "metadata api_key": "META-API-KEY-SECRET-9d3", "metadata aws": "META-AWS-SECRET-1a4"}

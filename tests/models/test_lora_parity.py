@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from tests.support import smollm2
+from tests.support.lazy_import import importorskip_lazily
 
 smollm2.require()
-peft = pytest.importorskip("peft")
+peft = importorskip_lazily("peft")
 
 from engine.generate.llm_engine import LLMEngine  # noqa: E402
 from engine.generate.options import GenerateOptions  # noqa: E402

@@ -32,11 +32,12 @@ from jobs.models import ModelRef
 from jobs.settings import Settings
 from jobs.spec import JobSpec, JobSpecError
 from tests.support.hub_server import HubRepo, HubServer
+from tests.support.lazy_import import importorskip_lazily
 from tests.support.lora_adapters import ATTENTION, MLP, lora_client, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
-pytest.importorskip("peft")
+importorskip_lazily("peft")     # imported by tests/support/lora_adapters.py when a test uses it
 
 ADAPTER = "barge-test/support-lora"
 PRIVATE = "barge-test/private-lora"
