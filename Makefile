@@ -43,8 +43,8 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/barge demo
 
-# The suite runs in parallel (pytest-xdist; most tests wait on worker processes, model
-# loads and services, so more processes than cores pays), as two chains at once:
+# The suite runs in parallel (pytest-xdist; many tests wait on worker processes, model
+# loads and services, so more processes than cores pays, up to a point), as two chains at once:
 #  - the tests that use none of the machine's PostgreSQL, RabbitMQ and Redis, in
 #    TEST_WORKERS processes, with BARGE_TEST_WITHOUT_SERVICES=1: a test of theirs that
 #    connects to one fails, naming the marker it lacks;
@@ -63,7 +63,11 @@ demo: setup
 # (__pycache__, ignored by git) whatever the environment says: with PYTHONDONTWRITEBYTECODE
 # set, as on the CI machine, every process compiled Barge's modules and pytest rewrote
 # every test module's asserts again (collection alone: 12.3 s of CPU a process, 8.6 cached).
-TEST_WORKERS ?= 4
+# 3 processes, not 4: the suite is CPU-bound on 2 cores, and each process more on them costs
+# every test CPU (caches cold after each switch). With 4, 1,826 s of busy CPU and 943 s of
+# wall time; with 3, 1,671 s and 894 s, though the CPU then idled 111 s instead of 57 (a
+# 2-core AMD EPYC Zen 4, 2026-12-07, one run each; /proc/stat before and after).
+TEST_WORKERS ?= 3
 SERVICE_WORKERS ?= 2
 PYTEST_ARGS ?=
 SERVICE_MARKS := postgres or rabbitmq or redis
