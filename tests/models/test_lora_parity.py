@@ -15,10 +15,9 @@ import pytest
 import torch
 
 from tests.support import smollm2
-from tests.support.lazy_import import importorskip_lazily
 
 smollm2.require()
-peft = importorskip_lazily("peft")
+peft = pytest.importorskip("peft")
 
 from engine.generate.llm_engine import LLMEngine  # noqa: E402
 from engine.generate.options import GenerateOptions  # noqa: E402

@@ -12,12 +12,11 @@ from safetensors.torch import load_file, save_file
 from engine.generate.model_config import load_decoder_config
 from engine.lora.adapter import load_adapter
 from engine.lora.adapter_config import AdapterError
-from tests.support.lazy_import import importorskip_lazily
 from tests.support.lora_adapters import ATTENTION, MLP, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
-importorskip_lazily("peft")     # imported by tests/support/lora_adapters.py when a test uses it
+pytest.importorskip("peft")
 
 PREFIX = "base_model.model.model.layers"
 

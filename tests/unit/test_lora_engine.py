@@ -13,12 +13,11 @@ from engine.generate.options import GenerateOptions
 from engine.generate.sampling_params import SamplingParams
 from engine.lora.gate import admits
 from engine.lora.options import LoraOptions
-from tests.support.lazy_import import importorskip_lazily
 from tests.support.lora_adapters import ATTENTION, MLP, peft_greedy_tokens, save_random_adapter
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
-importorskip_lazily("peft")     # imported by tests/support/lora_adapters.py when a test uses it
+pytest.importorskip("peft")
 
 CPU = torch.device("cpu")
 PROMPTS = [[1, 5, 9, 33, 100, 7], [1, 42, 43, 44], [1, 300, 301, 302, 8, 9, 10, 11, 12]]

@@ -36,9 +36,10 @@ from tests.support.lora_adapters import ATTENTION, MLP, lora_client, save_random
 from tests.support.random_decoders import save_random_decoder
 
 transformers = pytest.importorskip("transformers")
-# Imported while collecting, as before 2026-12-07, not lazily as elsewhere: with it lazy, one
-# make test of five failed here (the Hub cache held the adapter's config but not its weights,
-# though both were fetched), in a process where other tests ran first; not understood yet.
+# Imported while collecting, not lazily (tests.support.lazy_import): with peft lazy in every
+# module, one make test of five failed here (the Hub cache held the adapter's config but not
+# its weights, though both were fetched), in a process where other tests ran first; not
+# understood yet. Since every process collects this module, peft stays eager in the others too.
 pytest.importorskip("peft")
 
 ADAPTER = "barge-test/support-lora"
