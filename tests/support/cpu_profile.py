@@ -8,8 +8,8 @@ each one's CPU beside its exit code). Then `python -m tests.support.cpu_profile 
 prints the largest.
 
 What it cannot see: a child still running when the test process ends, and the CPU of the
-services (PostgreSQL, RabbitMQ, Redis) and of the pytest processes between tests
-(collection, fixture setup of another module).
+services (PostgreSQL, RabbitMQ, Redis). What each process spent outside its tests (collection,
+the fork servers it started) it prints apart, from a last line per process.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from tests.support import forkserver
 LOG_VARIABLE = "BARGE_TEST_CPU_LOG"
 _forked: list[tuple[str, Path]] = []     # (test, the child's exit-code file)
 _current = {"test": ""}
+_servers_started = [0]
 
 
 def _cpu() -> tuple[float, float]:
@@ -44,6 +45,13 @@ def pytest_configure(config):
         _forked.append((_current["test"], Path(status_path)))
 
     forkserver.ForkedProcess.__init__ = recording_init
+    server_init = forkserver._Server.__init__
+
+    def counting_init(self, env):
+        _servers_started[0] += 1
+        server_init(self, env)
+
+    forkserver._Server.__init__ = counting_init
     config._cpu_rows = []
 
 
@@ -54,7 +62,8 @@ def pytest_runtest_protocol(item, nextitem):
     started = time.monotonic()
     yield
     own_after, children_after = _cpu()
-    item.config._cpu_rows.append({"test": item.nodeid, "wall": time.monotonic() - started,
+    item.config._cpu_rows.append({"test": item.nodeid, "start": time.time() - (time.monotonic() - started),
+                                  "wall": time.monotonic() - started,
                                   "own": own_after - own, "children": children_after - children})
 
 
@@ -75,10 +84,15 @@ def pytest_sessionfinish(session):
         for row in session.config._cpu_rows:
             row["forked"] = forked.get(row["test"], 0.0)
             out.write(json.dumps(row) + "\n")
+        own, children = _cpu()
+        out.write(json.dumps({"process": os.getpid(), "own": own, "children": children,
+                              "servers_started": _servers_started[0]}) + "\n")
 
 
 def main(folder: str, top: int = 40) -> None:
-    rows = [json.loads(line) for path in Path(folder).glob("*.jsonl") for line in path.read_text().splitlines()]
+    lines = [json.loads(line) for path in Path(folder).glob("*.jsonl") for line in path.read_text().splitlines()]
+    rows = [line for line in lines if "test" in line]
+    processes = [line for line in lines if "process" in line]
     for row in rows:
         row["cpu"] = row["own"] + row["children"] + row["forked"]
     total = sum(row["cpu"] for row in rows)
@@ -86,6 +100,15 @@ def main(folder: str, top: int = 40) -> None:
     for row in rows:
         by_file[row["test"].split("::")[0]] += row["cpu"]
     print(f"{len(rows)} tests, {total:.0f} s of CPU")
+    if processes:
+        in_tests = defaultdict(float)
+        for path in Path(folder).glob("*.jsonl"):
+            pid = int(path.stem)
+            in_tests[pid] = sum(row["own"] + row["children"] for row in map(json.loads, path.read_text().splitlines())
+                                if "test" in row)
+        outside = sum(p["own"] + p["children"] - in_tests[p["process"]] for p in processes)
+        print(f"{len(processes)} test processes: {outside:.0f} s of their own and reaped children's CPU outside "
+              f"any test (collection, fork servers: {sum(p['servers_started'] for p in processes)} started)")
     print("\nby file:")
     for name, cpu in sorted(by_file.items(), key=lambda kv: -kv[1])[:top]:
         print(f"{cpu:8.1f}  {name}")
