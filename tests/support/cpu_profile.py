@@ -9,7 +9,7 @@ prints the largest.
 
 What it cannot see: a child still running when the test process ends, and the CPU of the
 services (PostgreSQL, RabbitMQ, Redis). What each process spent outside its tests (collection,
-the fork servers it started) it prints apart, from a last line per process.
+the fork servers it started) it cannot split; it counts the fork servers each started.
 """
 
 from __future__ import annotations
@@ -101,14 +101,9 @@ def main(folder: str, top: int = 40) -> None:
         by_file[row["test"].split("::")[0]] += row["cpu"]
     print(f"{len(rows)} tests, {total:.0f} s of CPU")
     if processes:
-        in_tests = defaultdict(float)
-        for path in Path(folder).glob("*.jsonl"):
-            pid = int(path.stem)
-            in_tests[pid] = sum(row["own"] + row["children"] for row in map(json.loads, path.read_text().splitlines())
-                                if "test" in row)
-        outside = sum(p["own"] + p["children"] - in_tests[p["process"]] for p in processes)
-        print(f"{len(processes)} test processes: {outside:.0f} s of their own and reaped children's CPU outside "
-              f"any test (collection, fork servers: {sum(p['servers_started'] for p in processes)} started)")
+        # A process's own and children's totals are not summed here: a fork server it reaps
+        # brings its forked workers' CPU, already counted per test, a second time.
+        print(f"{len(processes)} test processes started {sum(p['servers_started'] for p in processes)} fork servers")
     print("\nby file:")
     for name, cpu in sorted(by_file.items(), key=lambda kv: -kv[1])[:top]:
         print(f"{cpu:8.1f}  {name}")
