@@ -5,6 +5,8 @@ and the same beam-search tokens (beam_size 5), with and without timestamps."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,8 @@ from engine.whisper.config import N_SAMPLES_PER_CHUNK
 from engine.whisper.mel import log_mel, mel_filters
 from engine.whisper.request import DecodeOptions, DecodeRequest
 from tests.support.speech import ALSA_DIR, espeak
+from tests.support import whisper_models
+from tests.support.reference_cache import computed_once
 from tests.support.whisper_models import base_path, one_thread, openai_reference
 
 ALSA_CLIPS = sorted(ALSA_DIR.glob("*.wav"))
@@ -33,9 +37,6 @@ def asr():
         yield Engine.from_pretrained(base_path(), mode="transcribe")
 
 
-@pytest.fixture(scope="module")
-def reference():
-    return openai_reference(base_path())
 
 
 @pytest.fixture(scope="module")
@@ -47,22 +48,34 @@ def clips() -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def features(reference, clips) -> torch.Tensor:
-    """openai-whisper's encoder output for every clip's window, in clips' order: run once,
-    batched, and taken by each reference decode below."""
-    mels = torch.stack([_window_mel(samples) for samples in clips.values()])
-    with torch.inference_mode():
-        return reference.encoder(mels)
+def reference(clips):
+    """openai-whisper on the same tensors, and its encoder output for every clip's window (in
+    clips' order, batched, taken by each reference decode below): made at first call, since
+    a reference computed on an earlier run (tests.support.reference_cache) needs neither."""
+    made = {}
+
+    def model_and_features() -> tuple:
+        if not made:
+            model = openai_reference(base_path())
+            mels = torch.stack([_window_mel(samples) for samples in clips.values()])
+            with torch.inference_mode():
+                made.update(model=model, features=model.encoder(mels))
+        return made["model"], made["features"]
+    return model_and_features
 
 
 @pytest.fixture(scope="module")
-def expected(reference, clips, features) -> dict:
+def expected(reference, clips) -> dict:
     """openai-whisper's greedy decode (language en, timestamps) and language probabilities
     per clip."""
-    with torch.inference_mode():
-        results = whisper.decode(reference, features, DecodingOptions(language="en", temperature=0.0, fp16=False))
-        _, language_probs = whisper.detect_language(reference, features)
-    return {name: (result, probs) for name, result, probs in zip(clips, results, language_probs)}
+    def compute() -> dict:
+        model, features = reference()
+        with torch.inference_mode():
+            results = whisper.decode(model, features, DecodingOptions(language="en", temperature=0.0, fp16=False))
+            _, language_probs = whisper.detect_language(model, features)
+        return {name: (_without_features(result), probs) for name, result, probs in zip(clips, results, language_probs)}
+    return computed_once("whisper-base-greedy", compute, inputs=clips, weights=base_path(),
+                         libraries=("openai-whisper",), sources=(__file__, whisper_models.__file__))
 
 
 @pytest.fixture(scope="module")
@@ -84,24 +97,33 @@ def _decode_all(asr, clips: dict[str, np.ndarray], options: DecodeOptions) -> di
     return requests
 
 
-def _reference_beam(reference, features: dict[str, torch.Tensor], options: DecodingOptions) -> dict:
+def _reference_beam(reference, clips: dict, names: list[str], options: DecodingOptions) -> dict:
     """One clip per call: openai-whisper 20250625 repeats the tokens but not the audio
     features by the beam size (openai/whisper#1483, fix pending in #2197), so a batch of
     several clips fails in cross-attention; a single clip broadcasts and is correct."""
+    model, features = reference()
+    by_name = dict(zip(clips, features))     # features are in clips' order
     with torch.inference_mode():
-        return {name: whisper.decode(reference, clip_features[None], options)[0]
-                for name, clip_features in features.items()}
+        return {name: _without_features(whisper.decode(model, by_name[name][None], options)[0]) for name in names}
+
+
+def _without_features(result):
+    """A DecodingResult without its audio features (3 MB a clip), which no test reads."""
+    return dataclasses.replace(result, audio_features=None)
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["timestamps", "no-timestamps"])
-def beam_pair(request, asr, reference, clips, features) -> tuple[dict, dict]:
+def beam_pair(request, asr, reference, clips) -> tuple[dict, dict]:
     """openai-whisper's beam search (language en, temperature 0) and Barge's, on every
     clip with timestamps and on a few without; Barge's espeak-ng clips detect the language."""
     with_timestamps = request.param
     chosen = clips if with_timestamps else {name: clips[name] for name in NO_TIMESTAMP_CLIPS}
-    by_name = dict(zip(clips, features))
-    theirs = _reference_beam(reference, {name: by_name[name] for name in chosen}, DecodingOptions(
-        language="en", temperature=0.0, beam_size=BEAM_SIZE, without_timestamps=not with_timestamps, fp16=False))
+    options = DecodingOptions(language="en", temperature=0.0, beam_size=BEAM_SIZE,
+                              without_timestamps=not with_timestamps, fp16=False)
+    theirs = computed_once(f"whisper-base-beam-{'timestamps' if with_timestamps else 'no-timestamps'}",
+                           lambda: _reference_beam(reference, clips, list(chosen), options),
+                           inputs=[clips, list(chosen), repr(options)], weights=base_path(),
+                           libraries=("openai-whisper",), sources=(__file__, whisper_models.__file__))
     ours = _decode_all(asr, chosen, DecodeOptions(beam_size=BEAM_SIZE, with_timestamps=with_timestamps))
     return theirs, ours
 

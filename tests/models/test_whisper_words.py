@@ -14,6 +14,8 @@ import whisper
 from engine import Engine
 from engine.whisper.audio import load_audio
 from engine.whisper.config import N_SAMPLES_PER_CHUNK
+from tests.support import whisper_models
+from tests.support.reference_cache import computed_once
 from tests.support.speech import ALSA_DIR, espeak, has_espeak
 from tests.support.whisper_models import base_path, encode_each_window_once, one_thread, openai_reference, tiny_en_path
 
@@ -39,14 +41,22 @@ def clips() -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module", params=list(MODELS))
 def pair(request):
-    """(model name, Barge's engine, openai-whisper with the same tensors and its known alignment heads)."""
+    """(model name, Barge's engine, openai-whisper's words for each clip). openai-whisper, with
+    the same tensors and its known alignment heads, runs only when no earlier run computed its
+    words on the same clips and weights (tests.support.reference_cache)."""
     name = request.param
     path = MODELS[name]()
-    reference = openai_reference(path)
-    reference.set_alignment_heads(whisper._ALIGNMENT_HEADS[name])
-    encode_each_window_once(reference)
+
+    def reference_words(clips: dict[str, np.ndarray]) -> dict[str, list[dict]]:
+        def compute() -> dict[str, list[dict]]:
+            reference = openai_reference(path)
+            reference.set_alignment_heads(whisper._ALIGNMENT_HEADS[name])
+            encode_each_window_once(reference)
+            return {clip: _reference_words(reference, samples) for clip, samples in clips.items()}
+        return computed_once(f"whisper-{name}-words", compute, inputs=clips, weights=path,
+                             libraries=("openai-whisper",), sources=(__file__, whisper_models.__file__))
     with one_thread():
-        yield name, Engine.from_pretrained(path, mode="transcribe"), reference
+        yield name, Engine.from_pretrained(path, mode="transcribe"), reference_words
 
 
 def _samples(path) -> np.ndarray:
@@ -60,12 +70,13 @@ def _reference_words(reference, samples: np.ndarray) -> list[dict]:
 
 
 def test_words_and_times_match_openai_whisper(pair, clips):
-    name, asr, reference = pair
+    name, asr, reference_words = pair
     # VAD off: a clip is one window from its first sample, as openai-whisper's first window is
     outputs = asr.transcribe(list(clips.values()), language="en", vad=False, word_timestamps=True)
+    words = reference_words(clips)
     num_words = 0
-    for (clip, samples), output in zip(clips.items(), outputs):
-        theirs = _reference_words(reference, samples)
+    for clip, output in zip(clips, outputs):
+        theirs = words[clip]
         ours = [word for segment in output.segments for word in segment.words]
         assert [w.word for w in ours] == [w["word"] for w in theirs], f"{name} {clip}"
         for mine, expected in zip(ours, theirs):
@@ -92,7 +103,6 @@ def test_words_with_vad_stay_inside_their_segments_and_in_order(pair, clips):
 
 def test_detected_language_and_probability_match_openai_whisper():
     path = base_path()
-    reference = openai_reference(path)
     clips = {code: espeak(text, voice=voice) for code, (voice, text) in LANGUAGE_TEXTS.items()}
     with one_thread():
         asr = Engine.from_pretrained(path, mode="transcribe")
@@ -100,10 +110,13 @@ def test_detected_language_and_probability_match_openai_whisper():
         # decoding (and espeak-ng's French and Spanish set off all five fallbacks: 155 s of 2
         # loaded cores), the transcript is not what this test checks
         outputs = asr.transcribe(list(clips.values()), language=None, vad=False, temperature=(0.0,))
-    mels = torch.stack([whisper.log_mel_spectrogram(torch.from_numpy(samples), padding=N_SAMPLES_PER_CHUNK)[:, :3000]
-                        for samples in clips.values()])
-    with torch.inference_mode():
-        _, probs = whisper.detect_language(reference, mels)
+    def reference_probs() -> list[dict[str, float]]:
+        mels = torch.stack([whisper.log_mel_spectrogram(torch.from_numpy(samples), padding=N_SAMPLES_PER_CHUNK)[:, :3000]
+                            for samples in clips.values()])
+        with torch.inference_mode():
+            return whisper.detect_language(openai_reference(path), mels)[1]
+    probs = computed_once("whisper-base-languages", reference_probs, inputs=clips, weights=path,
+                          libraries=("openai-whisper",), sources=(__file__, whisper_models.__file__))
     for (code, samples), output, expected in zip(clips.items(), outputs, probs):
         assert output.language == max(expected, key=expected.get), code
         if code in ("en", "de"):     # espeak-ng's French and Spanish fool Whisper base (it hears 'vi', say)
