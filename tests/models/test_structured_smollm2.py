@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from tests.support import smollm2
+from tests.support.reference_cache import computed_once
 
 smollm2.require()
 pytestmark = pytest.mark.xdist_group(smollm2.GROUP)   # one reference load for the four modules
@@ -131,19 +132,27 @@ def compile_reference(compiler, structured: dict, any_whitespace: bool = False):
 @pytest.fixture(scope="module")
 def reference(prompts, hf_tokenizer, compiler):
     """transformers' greedy tokens under xgrammar's HF logits processor: for a case index
-    and any_whitespace, computed once."""
-    model = smollm2.reference_model()
-    assert model.config.vocab_size == hf_tokenizer.vocab_size
+    and any_whitespace, computed once (on this machine, once for all runs with the same
+    prompt, constraint, weights and libraries: tests.support.reference_cache)."""
     cache = {}
+
+    def generate(case: int, any_whitespace: bool) -> list[int]:
+        model = smollm2.reference_model()
+        assert model.config.vocab_size == hf_tokenizer.vocab_size
+        processor = LogitsProcessor(compile_reference(compiler, CASES[case][1], any_whitespace))   # one per call
+        ids = prompts[case]
+        with torch.no_grad():
+            return model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False,
+                                  logits_processor=[processor], eos_token_id=hf_tokenizer.eos_token_id,
+                                  pad_token_id=0)[0, len(ids):].tolist()
 
     def tokens(case: int, any_whitespace: bool = False) -> list[int]:
         if (case, any_whitespace) not in cache:
-            processor = LogitsProcessor(compile_reference(compiler, CASES[case][1], any_whitespace))   # one per call
-            ids = prompts[case]
-            with torch.no_grad():
-                cache[case, any_whitespace] = model.generate(
-                    torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False, logits_processor=[processor],
-                    eos_token_id=hf_tokenizer.eos_token_id, pad_token_id=0)[0, len(ids):].tolist()
+            cache[case, any_whitespace] = computed_once(
+                f"smollm2-structured-{case}{'-any-whitespace' if any_whitespace else ''}",
+                lambda: generate(case, any_whitespace), inputs=[prompts[case], CASES[case][1], MAX_TOKENS],
+                weights=smollm2.gguf_path(), libraries=("transformers", "xgrammar"),
+                sources=(__file__, smollm2.__file__))
         return cache[case, any_whitespace]
     return tokens
 
