@@ -48,12 +48,17 @@ def computed_once(name: str, compute: Callable[[], T], *, inputs: Any, weights: 
         digest.update(part if isinstance(part, bytes) else str(part).encode())
         digest.update(b"\0")
     from tests.support.smollm2 import reference_cache
-    path = reference_cache() / "references" / f"{name}-{digest.hexdigest()[:24]}.pt"
+    return kept(reference_cache() / "references" / f"{name}-{digest.hexdigest()[:24]}.pt", compute)
+
+
+def kept(path: Path, compute: Callable[[], T]) -> T:
+    """What torch.save wrote at `path`, else compute() written there (whole, or not at all:
+    another process may be writing the same file). Pickles: trusted local data only."""
     if path.exists():
         try:
             return torch.load(path, weights_only=False)
         except Exception as error:      # a file cut short, or written by another build: compute again
-            print(f"{path}: {error!r}; running the reference again", file=sys.stderr)
+            print(f"{path}: {error!r}; computing it again", file=sys.stderr)
     result = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -74,19 +73,9 @@ def _converted_once(kind: str, convert):
     import torch
     import transformers
     gguf = gguf_path().stat()
-    path = reference_cache() / (f"{GGUF_NAME}-{gguf.st_size}-{gguf.st_mtime_ns}-{kind}"
-                                f"-transformers-{transformers.__version__}-torch-{torch.__version__}.pt")
-    if path.exists():
-        try:
-            return torch.load(path, weights_only=False)
-        except Exception as error:   # a file cut short, or written by another build: convert again
-            print(f"{path}: {error!r}; converting the GGUF again", file=sys.stderr)
-    converted = convert()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    torch.save(converted, partial)
-    os.replace(partial, path)
-    return converted
+    from tests.support.reference_cache import kept
+    return kept(reference_cache() / (f"{GGUF_NAME}-{gguf.st_size}-{gguf.st_mtime_ns}-{kind}"
+                                     f"-transformers-{transformers.__version__}-torch-{torch.__version__}.pt"), convert)
 
 
 # -- fp32 perplexity on the held-out texts (tests/models/test_fp8_smollm2.py and
