@@ -13,7 +13,8 @@ test's CPU. `computed_once` keeps what it returns, keyed by everything that coul
 
 Anything else differing, the reference runs again. BARGE_TEST_REFERENCE_CACHE=0 runs every
 reference every time (and keeps nothing). The files are pickles (torch.save) under the test
-cache, tests.support.smollm2.reference_cache(): trusted local data, removable at will.
+cache, `cache_folder()`: trusted local data, removable at will. The SmolLM2 conversion
+(tests.support.smollm2) and Triton's sm_90 cache (tests.support.sm90) live there too.
 
     expected = computed_once("whisper-greedy", lambda: whisper.decode(...), inputs=clips,
                              weights=base_path(), libraries=("openai-whisper",))
@@ -47,8 +48,12 @@ def computed_once(name: str, compute: Callable[[], T], *, inputs: Any, weights: 
                  *(path.read_bytes() for path in files), _cpu_identity()):
         digest.update(part if isinstance(part, bytes) else str(part).encode())
         digest.update(b"\0")
-    from tests.support.smollm2 import reference_cache
-    return kept(reference_cache() / "references" / f"{name}-{digest.hexdigest()[:24]}.pt", compute)
+    return kept(cache_folder() / "references" / f"{name}-{digest.hexdigest()[:24]}.pt", compute)
+
+
+def cache_folder() -> Path:
+    """What the tests keep between runs on this machine (remove it to compute all again)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "barge-tests"
 
 
 def kept(path: Path, compute: Callable[[], T]) -> T:

@@ -7,7 +7,7 @@ or the package is missing), then takes the file from `gguf_path()` and the refer
 the file twice and de-quantizes every tensor: 27 s for the model, 5 s for the tokenizer on
 a busy 2-core machine), so each is loaded once per test process and shared by every module
 that asks; the tests only run them (eval, no_grad), never change them. And what transformers
-built from the GGUF is kept on disk, pickled, once per machine (`reference_cache()`), keyed by
+built from the GGUF is kept on disk, pickled, once per machine (tests.support.reference_cache), keyed by
 the file and the transformers and torch versions: loading it back is 0.4 s of CPU for the
 model against 14.8 s converting (0.1 against 6.2 for the tokenizer; 2-core AMD EPYC), the
 same tensors, config and token ids."""
@@ -61,20 +61,15 @@ def reference_tokenizer():
     return _converted_once("tokenizer", lambda: transformers.AutoTokenizer.from_pretrained(folder(), gguf_file=GGUF_NAME))
 
 
-def reference_cache() -> Path:
-    """Where transformers' conversions of the GGUF are kept (remove it to convert again)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "barge-tests"
-
-
 def _converted_once(kind: str, convert):
     """What `convert()` returns, from the cache when this GGUF, transformers and torch made it
     before. transformers will not save a model it de-quantized from a GGUF (save_pretrained
     refuses), so the object is pickled whole (torch.save), as trusted local data."""
     import torch
     import transformers
+    from tests.support.reference_cache import cache_folder, kept
     gguf = gguf_path().stat()
-    from tests.support.reference_cache import kept
-    return kept(reference_cache() / (f"{GGUF_NAME}-{gguf.st_size}-{gguf.st_mtime_ns}-{kind}"
+    return kept(cache_folder() / (f"{GGUF_NAME}-{gguf.st_size}-{gguf.st_mtime_ns}-{kind}"
                                      f"-transformers-{transformers.__version__}-torch-{torch.__version__}.pt"), convert)
 
 
