@@ -6,6 +6,7 @@ and the same beam-search tokens (beam_size 5), with and without timestamps."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -52,15 +53,12 @@ def reference(clips):
     """openai-whisper on the same tensors, and its encoder output for every clip's window (in
     clips' order, batched, taken by each reference decode below): made at first call, since
     a reference computed on an earlier run (tests.support.reference_cache) needs neither."""
-    made = {}
-
+    @functools.cache
     def model_and_features() -> tuple:
-        if not made:
-            model = openai_reference(base_path())
-            mels = torch.stack([_window_mel(samples) for samples in clips.values()])
-            with torch.inference_mode():
-                made.update(model=model, features=model.encoder(mels))
-        return made["model"], made["features"]
+        model = openai_reference(base_path())
+        mels = torch.stack([_window_mel(samples) for samples in clips.values()])
+        with torch.inference_mode():
+            return model, model.encoder(mels)
     return model_and_features
 
 
