@@ -84,9 +84,7 @@ def pytest_sessionfinish(session):
         for row in session.config._cpu_rows:
             row["forked"] = forked.get(row["test"], 0.0)
             out.write(json.dumps(row) + "\n")
-        own, children = _cpu()
-        out.write(json.dumps({"process": os.getpid(), "own": own, "children": children,
-                              "servers_started": _servers_started[0]}) + "\n")
+        out.write(json.dumps({"process": os.getpid(), "servers_started": _servers_started[0]}) + "\n")
 
 
 def main(folder: str, top: int = 40) -> None:
